@@ -1,0 +1,186 @@
+//! Patching: a spectrogram yields `n_patches` square patches of `PATCH_SIZE` frames,
+//! `stride` frames apart along time (seed 001's `--n_patches` and `--stride`).
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::clip::Spectrogram;
+
+/// Patches are `PATCH_SIZE` mel bands by `PATCH_SIZE` frames: the model's input.
+pub const PATCH_SIZE: usize = 64;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PatchError {
+    #[error(
+        "{n_patches} patches with stride {stride} span {span} frames, but the spectrogram has \
+         only {frames}; lower --n-patches or --stride"
+    )]
+    TooLong {
+        n_patches: usize,
+        stride: usize,
+        span: usize,
+        frames: usize,
+    },
+    #[error("the spectrogram has {n_mels} mel bands; the model takes patches of {PATCH_SIZE}")]
+    WrongMels { n_mels: usize },
+    #[error("--n-patches and --stride must be at least 1 (got {n_patches} and {stride})")]
+    Zero { n_patches: usize, stride: usize },
+}
+
+/// Where the run of patches starts inside a spectrogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PatchPlacement {
+    /// Centred, the same every epoch.
+    #[default]
+    Even,
+    /// A random start each time the spectrogram is drawn.
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchSpec {
+    pub n_patches: usize,
+    pub stride: usize,
+    pub placement: PatchPlacement,
+}
+
+impl PatchSpec {
+    /// Frames covered by the run of patches.
+    pub fn span(&self) -> usize {
+        (self.n_patches.saturating_sub(1)) * self.stride + PATCH_SIZE
+    }
+
+    /// Checks that a spectrogram of this shape can give these patches.
+    pub fn check(&self, n_mels: usize, frames: usize) -> Result<(), PatchError> {
+        if self.n_patches == 0 || self.stride == 0 {
+            return Err(PatchError::Zero {
+                n_patches: self.n_patches,
+                stride: self.stride,
+            });
+        }
+        if n_mels != PATCH_SIZE {
+            return Err(PatchError::WrongMels { n_mels });
+        }
+        if self.span() > frames {
+            return Err(PatchError::TooLong {
+                n_patches: self.n_patches,
+                stride: self.stride,
+                span: self.span(),
+                frames,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends the patches of `spec` to `out`, each `PATCH_SIZE * PATCH_SIZE` values, mel-major.
+    pub fn extract_into(
+        &self,
+        spec: &Spectrogram,
+        rng: &mut impl Rng,
+        out: &mut Vec<f32>,
+    ) -> Result<(), PatchError> {
+        self.check(spec.n_mels, spec.frames)?;
+        let slack = spec.frames - self.span();
+        let first = match self.placement {
+            PatchPlacement::Even => slack / 2,
+            PatchPlacement::Random => rng.random_range(0..=slack),
+        };
+        for p in 0..self.n_patches {
+            copy_patch(spec, first + p * self.stride, out);
+        }
+        Ok(())
+    }
+}
+
+/// Every patch `stride` frames apart over the whole clip: how a clip is scored.
+pub fn all_patches(spec: &Spectrogram, stride: usize, out: &mut Vec<f32>) -> Result<usize, PatchError> {
+    let n_patches = if spec.frames >= PATCH_SIZE && stride > 0 {
+        (spec.frames - PATCH_SIZE) / stride + 1
+    } else {
+        0
+    };
+    let whole = PatchSpec {
+        n_patches,
+        stride,
+        placement: PatchPlacement::Even,
+    };
+    whole.check(spec.n_mels, spec.frames)?;
+    for p in 0..n_patches {
+        copy_patch(spec, p * stride, out);
+    }
+    Ok(n_patches)
+}
+
+fn copy_patch(spec: &Spectrogram, start: usize, out: &mut Vec<f32>) {
+    for mel in 0..PATCH_SIZE {
+        let row = mel * spec.frames + start;
+        out.extend_from_slice(&spec.data[row..row + PATCH_SIZE]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn ramp(frames: usize) -> Spectrogram {
+        let mut s = Spectrogram::zeros(PATCH_SIZE, frames);
+        for mel in 0..PATCH_SIZE {
+            for f in 0..frames {
+                s.data[mel * frames + f] = f as f32 + 1000.0 * mel as f32;
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn even_patches_are_centred_and_stride_apart() {
+        let spec = ramp(313);
+        let ps = PatchSpec { n_patches: 4, stride: 32, placement: PatchPlacement::Even };
+        let mut out = Vec::new();
+        ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut out).unwrap();
+        assert_eq!(out.len(), 4 * PATCH_SIZE * PATCH_SIZE);
+        let first = (313 - ps.span()) / 2;
+        for p in 0..4 {
+            let patch = &out[p * 4096..(p + 1) * 4096];
+            assert_eq!(patch[0], (first + p * 32) as f32);
+            // Last value of the patch: mel 63, frame start + 63.
+            assert_eq!(patch[4095], (first + p * 32 + 63) as f32 + 63_000.0);
+        }
+    }
+
+    #[test]
+    fn random_placement_varies_and_stays_inside() {
+        let spec = ramp(200);
+        let ps = PatchSpec { n_patches: 2, stride: 16, placement: PatchPlacement::Random };
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut starts = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let mut out = Vec::new();
+            ps.extract_into(&spec, &mut rng, &mut out).unwrap();
+            let start = out[0] as usize;
+            assert!(start + ps.span() <= 200);
+            starts.insert(start);
+        }
+        assert!(starts.len() > 10, "random starts should vary, got {starts:?}");
+    }
+
+    #[test]
+    fn too_many_patches_is_a_clear_error() {
+        let spec = ramp(100);
+        let ps = PatchSpec { n_patches: 4, stride: 32, placement: PatchPlacement::Even };
+        let err = ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("lower --n-patches"), "{err}");
+    }
+
+    #[test]
+    fn all_patches_cover_the_clip() {
+        let spec = ramp(313);
+        let mut out = Vec::new();
+        let n = all_patches(&spec, 32, &mut out).unwrap();
+        assert_eq!(n, (313 - 64) / 32 + 1);
+        assert_eq!(out.len(), n * 4096);
+    }
+}

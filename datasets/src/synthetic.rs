@@ -1,0 +1,358 @@
+//! The built-in dataset: machine-like sounds, deterministic from a seed.
+//!
+//! Each machine ID hums at its own fundamental with a few harmonics whose pitch drifts
+//! slowly, plus broadband noise. The train split holds normal clips only; the test split
+//! adds labelled anomalies of three kinds: clicks, a harmonic shifted off the series, and
+//! a missing harmonic. Clips are synthesised as audio and go through the same log-mel
+//! frontend as real recordings, so `trainer-cli synth` can later write them as WAV files.
+
+use std::f64::consts::TAU;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::clip::{Clip, Label, Split};
+use crate::logmel::{LogMel, LogMelConfig};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyntheticConfig {
+    pub seed: u64,
+    pub machine_ids: u32,
+    pub train_per_id: usize,
+    pub test_normal_per_id: usize,
+    pub test_anomaly_per_id: usize,
+    pub seconds: f32,
+    pub sample_rate: u32,
+    pub n_mels: usize,
+}
+
+impl Default for SyntheticConfig {
+    fn default() -> Self {
+        Self {
+            seed: 2020,
+            machine_ids: 4,
+            train_per_id: 40,
+            test_normal_per_id: 12,
+            test_anomaly_per_id: 12,
+            seconds: 10.0,
+            sample_rate: 16_000,
+            n_mels: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    Clicks,
+    ShiftedHarmonic,
+    MissingHarmonic,
+}
+
+impl AnomalyKind {
+    pub const ALL: [AnomalyKind; 3] = [
+        AnomalyKind::Clicks,
+        AnomalyKind::ShiftedHarmonic,
+        AnomalyKind::MissingHarmonic,
+    ];
+}
+
+/// The sound of one machine ID: what every normal clip of that ID shares.
+#[derive(Debug, Clone)]
+struct Machine {
+    f0: f64,
+    amplitudes: Vec<f64>,
+    noise: f64,
+    drift_depth: f64,
+}
+
+impl Machine {
+    fn new(seed: u64, id: u32) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, &[0x6d61_6368, id as u64]));
+        // Fundamentals far enough apart that IDs sound different.
+        let f0 = 180.0 + 85.0 * id as f64 + rng.random_range(-10.0..10.0);
+        let n_harmonics = 5;
+        let amplitudes = (0..n_harmonics)
+            .map(|h| rng.random_range(0.08..0.2) / (1.0 + 0.3 * h as f64))
+            .collect();
+        Self {
+            f0,
+            amplitudes,
+            noise: rng.random_range(0.004..0.008),
+            drift_depth: rng.random_range(0.004..0.012),
+        }
+    }
+}
+
+/// One clip's place in the dataset, which fixes its random stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClipKey {
+    pub split: Split,
+    pub machine_id: u32,
+    pub index: usize,
+    pub anomaly: Option<AnomalyKind>,
+}
+
+impl ClipKey {
+    pub fn label(&self) -> Label {
+        if self.anomaly.is_some() { Label::Anomaly } else { Label::Normal }
+    }
+
+    /// DCASE-style file stem: `normal_id_00_00000003`.
+    pub fn name(&self) -> String {
+        let kind = match self.label() {
+            Label::Normal => "normal",
+            Label::Anomaly => "anomaly",
+        };
+        format!("{kind}_id_{:02}_{:08}", self.machine_id, self.index)
+    }
+}
+
+/// The generated dataset, held in host memory (a few MiB at the default size).
+#[derive(Debug, Clone)]
+pub struct SyntheticDataset {
+    pub config: SyntheticConfig,
+    pub train: Vec<Clip>,
+    pub test: Vec<Clip>,
+}
+
+impl SyntheticDataset {
+    /// Every clip key of the dataset, train split first.
+    pub fn keys(config: &SyntheticConfig) -> Vec<ClipKey> {
+        let mut keys = Vec::new();
+        for machine_id in 0..config.machine_ids {
+            for index in 0..config.train_per_id {
+                keys.push(ClipKey { split: Split::Train, machine_id, index, anomaly: None });
+            }
+        }
+        for machine_id in 0..config.machine_ids {
+            for index in 0..config.test_normal_per_id {
+                keys.push(ClipKey { split: Split::Test, machine_id, index, anomaly: None });
+            }
+            for index in 0..config.test_anomaly_per_id {
+                let anomaly = Some(AnomalyKind::ALL[index % AnomalyKind::ALL.len()]);
+                keys.push(ClipKey { split: Split::Test, machine_id, index, anomaly });
+            }
+        }
+        keys
+    }
+
+    /// Synthesises every clip, on as many threads as the machine has.
+    pub fn generate(config: &SyntheticConfig) -> Self {
+        let keys = Self::keys(config);
+        let frontend = LogMel::new(LogMelConfig {
+            sample_rate: config.sample_rate,
+            n_mels: config.n_mels,
+            ..LogMelConfig::default()
+        });
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chunk = keys.len().div_ceil(threads).max(1);
+        let clips: Vec<(ClipKey, Clip)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = keys
+                .chunks(chunk)
+                .map(|part| {
+                    let frontend = &frontend;
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|key| {
+                                let audio = waveform(config, key);
+                                let clip = Clip {
+                                    name: key.name(),
+                                    machine_id: key.machine_id,
+                                    label: key.label(),
+                                    spectrogram: frontend.compute(&audio),
+                                };
+                                (*key, clip)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().expect("synthesis threads do not panic"))
+                .collect()
+        });
+        let (train, test): (Vec<_>, Vec<_>) =
+            clips.into_iter().partition(|(key, _)| key.split == Split::Train);
+        Self {
+            config: config.clone(),
+            train: train.into_iter().map(|(_, c)| c).collect(),
+            test: test.into_iter().map(|(_, c)| c).collect(),
+        }
+    }
+}
+
+/// The audio of one clip, in [-1, 1].
+pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
+    let machine = Machine::new(config.seed, key.machine_id);
+    let split_tag = match key.split {
+        Split::Train => 1,
+        Split::Test => 2,
+    };
+    let anomaly_tag = key.anomaly.map_or(0, |k| 1 + k as u64);
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(
+        config.seed,
+        &[split_tag, key.machine_id as u64, key.index as u64, anomaly_tag],
+    ));
+    let sr = config.sample_rate as f64;
+    let n = (config.seconds as f64 * sr) as usize;
+
+    let mut amplitudes: Vec<f64> = machine
+        .amplitudes
+        .iter()
+        .map(|a| a * rng.random_range(0.9..1.1))
+        .collect();
+    // Harmonic numbers: 1, 2, 3, ... unless an anomaly moves one.
+    let mut multiples: Vec<f64> = (1..=amplitudes.len()).map(|h| h as f64).collect();
+    match key.anomaly {
+        Some(AnomalyKind::ShiftedHarmonic) => {
+            let h = rng.random_range(1..multiples.len());
+            multiples[h] += 0.5;
+            amplitudes[h] *= 1.5;
+        }
+        Some(AnomalyKind::MissingHarmonic) => {
+            let h = rng.random_range(0..2);
+            amplitudes[h] = 0.0;
+        }
+        _ => {}
+    }
+
+    let drift_period = rng.random_range(3.0..8.0);
+    let drift_phase = rng.random_range(0.0..TAU);
+    let am_rate = rng.random_range(0.5..2.0);
+    let mut phases: Vec<f64> = (0..amplitudes.len()).map(|_| rng.random_range(0.0..TAU)).collect();
+    let mut audio = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = i as f64 / sr;
+        let f0 = machine.f0 * (1.0 + machine.drift_depth * (TAU * t / drift_period + drift_phase).sin());
+        let am = 1.0 + 0.1 * (TAU * am_rate * t).sin();
+        let mut x = 0.0;
+        for ((phase, a), m) in phases.iter_mut().zip(&amplitudes).zip(&multiples) {
+            *phase = (*phase + TAU * f0 * m / sr) % TAU;
+            x += a * am * phase.sin();
+        }
+        x += machine.noise * gaussian(&mut rng);
+        audio.push(x);
+    }
+
+    if key.anomaly == Some(AnomalyKind::Clicks) {
+        let clicks = rng.random_range(12..24);
+        let length = (0.004 * sr) as usize;
+        for _ in 0..clicks {
+            let start = rng.random_range(0..n - length);
+            let level = rng.random_range(0.3..0.6);
+            for j in 0..length {
+                let decay = (-(j as f64) / (0.0008 * sr)).exp();
+                audio[start + j] += level * decay * gaussian(&mut rng);
+            }
+        }
+    }
+    audio.into_iter().map(|x| x.clamp(-1.0, 1.0) as f32).collect()
+}
+
+/// Standard normal by Box-Muller; the dataset must not depend on a distribution crate's
+/// algorithm choice, which may change between versions and alter every clip.
+fn gaussian(rng: &mut impl Rng) -> f64 {
+    let u1: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+    let u2: f64 = rng.random();
+    (-2.0 * u1.ln()).sqrt() * (TAU * u2).cos()
+}
+
+/// SplitMix64 over the parts: a stable seed for each clip.
+fn mix(seed: u64, parts: &[u64]) -> u64 {
+    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for p in parts {
+        h ^= p.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> SyntheticConfig {
+        SyntheticConfig {
+            machine_ids: 2,
+            train_per_id: 2,
+            test_normal_per_id: 1,
+            test_anomaly_per_id: 3,
+            seconds: 2.0,
+            ..SyntheticConfig::default()
+        }
+    }
+
+    #[test]
+    fn generation_is_deterministic_from_the_seed() {
+        let a = SyntheticDataset::generate(&small());
+        let b = SyntheticDataset::generate(&small());
+        let c = SyntheticDataset::generate(&SyntheticConfig { seed: 1, ..small() });
+        assert_eq!(a.train[0].spectrogram, b.train[0].spectrogram);
+        assert_eq!(a.test[3].spectrogram, b.test[3].spectrogram);
+        assert_ne!(a.train[0].spectrogram, c.train[0].spectrogram);
+    }
+
+    #[test]
+    fn splits_hold_what_they_should() {
+        let d = SyntheticDataset::generate(&small());
+        assert_eq!(d.train.len(), 4);
+        assert!(d.train.iter().all(|c| c.label == Label::Normal));
+        assert_eq!(d.test.len(), 2 * (1 + 3));
+        assert_eq!(d.test.iter().filter(|c| c.label == Label::Anomaly).count(), 6);
+        assert_eq!(d.test[1].name, "anomaly_id_00_00000000");
+        let frames = LogMel::new(LogMelConfig::default()).frames_for(32_000);
+        assert!(d.train.iter().all(|c| c.spectrogram.frames == frames));
+    }
+
+    #[test]
+    fn default_clips_are_ten_seconds_of_64_mels() {
+        let config = SyntheticConfig::default();
+        let key = ClipKey { split: Split::Train, machine_id: 0, index: 0, anomaly: None };
+        let audio = waveform(&config, &key);
+        assert_eq!(audio.len(), 160_000);
+        let spec = LogMel::new(LogMelConfig::default()).compute(&audio);
+        assert_eq!((spec.n_mels, spec.frames), (64, 313));
+    }
+
+    /// Each anomaly must change the spectrogram where a listener would hear it.
+    #[test]
+    fn anomalies_differ_from_normal_sound() {
+        let config = SyntheticConfig { seconds: 2.0, ..SyntheticConfig::default() };
+        let frontend = LogMel::new(LogMelConfig::default());
+        let mean_spectrum = |key: ClipKey| {
+            let s = frontend.compute(&waveform(&config, &key));
+            (0..s.n_mels)
+                .map(|m| (0..s.frames).map(|f| s.at(m, f)).sum::<f32>() / s.frames as f32)
+                .collect::<Vec<_>>()
+        };
+        let frame_energy_spread = |key: ClipKey| {
+            let s = frontend.compute(&waveform(&config, &key));
+            let per_frame: Vec<f32> = (0..s.frames)
+                .map(|f| (40..s.n_mels).map(|m| s.at(m, f)).sum::<f32>())
+                .collect();
+            let max = per_frame.iter().cloned().fold(f32::MIN, f32::max);
+            let median = {
+                let mut v = per_frame.clone();
+                v.sort_by(f32::total_cmp);
+                v[v.len() / 2]
+            };
+            max - median
+        };
+        let normal = ClipKey { split: Split::Test, machine_id: 1, index: 0, anomaly: None };
+        let with = |kind| ClipKey { anomaly: Some(kind), ..normal };
+        // Clicks: broadband bursts lift the high bands of some frames far above the rest.
+        assert!(frame_energy_spread(with(AnomalyKind::Clicks)) > 3.0 * frame_energy_spread(normal).max(1.0));
+        // Harmonic anomalies move energy between mel bands.
+        let base = mean_spectrum(normal);
+        for kind in [AnomalyKind::ShiftedHarmonic, AnomalyKind::MissingHarmonic] {
+            let other = mean_spectrum(with(kind));
+            let largest_change = base.iter().zip(&other).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(largest_change > 6.0, "{kind:?} changes the mean spectrum by only {largest_change} dB");
+        }
+    }
+}
