@@ -1,1 +1,22 @@
-pub fn x(){}
+//! Headroom's engine: the default model, memory accounting, the training loop and the
+//! events it reports. No UI code lives here; front-ends consume [`events::Event`]s.
+
+pub mod backend;
+pub mod bench;
+pub mod checkpoint;
+pub mod data;
+pub mod eval;
+pub mod events;
+pub mod memory;
+pub mod metrics;
+pub mod model;
+pub mod train;
+
+pub use backend::{BackendError, BackendKind};
+pub use events::{Event, EventSink};
+pub use train::{RunLength, RunOptions, TrainConfig, TrainError, Trainer};
+
+// Unit tests measure host memory, so their binary counts allocations like the CLI does.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: memory::alloc::CountingAllocator = memory::alloc::CountingAllocator;

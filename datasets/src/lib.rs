@@ -9,5 +9,5 @@ pub mod synthetic;
 
 pub use clip::{Clip, Label, Spectrogram, Split};
 pub use logmel::{LogMel, LogMelConfig};
-pub use patch::{PatchPlacement, PatchSpec, PatchError, PATCH_SIZE};
+pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchSpec};
 pub use synthetic::{AnomalyKind, SyntheticConfig, SyntheticDataset};

@@ -66,7 +66,9 @@ impl LogMel {
     }
 
     pub fn compute(&self, signal: &[f32]) -> Spectrogram {
-        let LogMelConfig { n_fft, hop, n_mels, .. } = self.config;
+        let LogMelConfig {
+            n_fft, hop, n_mels, ..
+        } = self.config;
         let pad = n_fft / 2;
         let frames = self.frames_for(signal.len());
         let bins = n_fft / 2 + 1;

@@ -94,7 +94,11 @@ impl PatchSpec {
 }
 
 /// Every patch `stride` frames apart over the whole clip: how a clip is scored.
-pub fn all_patches(spec: &Spectrogram, stride: usize, out: &mut Vec<f32>) -> Result<usize, PatchError> {
+pub fn all_patches(
+    spec: &Spectrogram,
+    stride: usize,
+    out: &mut Vec<f32>,
+) -> Result<usize, PatchError> {
     let n_patches = if spec.frames >= PATCH_SIZE && stride > 0 {
         (spec.frames - PATCH_SIZE) / stride + 1
     } else {
@@ -138,9 +142,14 @@ mod tests {
     #[test]
     fn even_patches_are_centred_and_stride_apart() {
         let spec = ramp(313);
-        let ps = PatchSpec { n_patches: 4, stride: 32, placement: PatchPlacement::Even };
+        let ps = PatchSpec {
+            n_patches: 4,
+            stride: 32,
+            placement: PatchPlacement::Even,
+        };
         let mut out = Vec::new();
-        ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut out).unwrap();
+        ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut out)
+            .unwrap();
         assert_eq!(out.len(), 4 * PATCH_SIZE * PATCH_SIZE);
         let first = (313 - ps.span()) / 2;
         for p in 0..4 {
@@ -154,7 +163,11 @@ mod tests {
     #[test]
     fn random_placement_varies_and_stays_inside() {
         let spec = ramp(200);
-        let ps = PatchSpec { n_patches: 2, stride: 16, placement: PatchPlacement::Random };
+        let ps = PatchSpec {
+            n_patches: 2,
+            stride: 16,
+            placement: PatchPlacement::Random,
+        };
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut starts = std::collections::BTreeSet::new();
         for _ in 0..50 {
@@ -164,14 +177,23 @@ mod tests {
             assert!(start + ps.span() <= 200);
             starts.insert(start);
         }
-        assert!(starts.len() > 10, "random starts should vary, got {starts:?}");
+        assert!(
+            starts.len() > 10,
+            "random starts should vary, got {starts:?}"
+        );
     }
 
     #[test]
     fn too_many_patches_is_a_clear_error() {
         let spec = ramp(100);
-        let ps = PatchSpec { n_patches: 4, stride: 32, placement: PatchPlacement::Even };
-        let err = ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut Vec::new()).unwrap_err();
+        let ps = PatchSpec {
+            n_patches: 4,
+            stride: 32,
+            placement: PatchPlacement::Even,
+        };
+        let err = ps
+            .extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut Vec::new())
+            .unwrap_err();
         assert!(err.to_string().contains("lower --n-patches"), "{err}");
     }
 

@@ -96,7 +96,11 @@ pub struct ClipKey {
 
 impl ClipKey {
     pub fn label(&self) -> Label {
-        if self.anomaly.is_some() { Label::Anomaly } else { Label::Normal }
+        if self.anomaly.is_some() {
+            Label::Anomaly
+        } else {
+            Label::Normal
+        }
     }
 
     /// DCASE-style file stem: `normal_id_00_00000003`.
@@ -123,16 +127,31 @@ impl SyntheticDataset {
         let mut keys = Vec::new();
         for machine_id in 0..config.machine_ids {
             for index in 0..config.train_per_id {
-                keys.push(ClipKey { split: Split::Train, machine_id, index, anomaly: None });
+                keys.push(ClipKey {
+                    split: Split::Train,
+                    machine_id,
+                    index,
+                    anomaly: None,
+                });
             }
         }
         for machine_id in 0..config.machine_ids {
             for index in 0..config.test_normal_per_id {
-                keys.push(ClipKey { split: Split::Test, machine_id, index, anomaly: None });
+                keys.push(ClipKey {
+                    split: Split::Test,
+                    machine_id,
+                    index,
+                    anomaly: None,
+                });
             }
             for index in 0..config.test_anomaly_per_id {
                 let anomaly = Some(AnomalyKind::ALL[index % AnomalyKind::ALL.len()]);
-                keys.push(ClipKey { split: Split::Test, machine_id, index, anomaly });
+                keys.push(ClipKey {
+                    split: Split::Test,
+                    machine_id,
+                    index,
+                    anomaly,
+                });
             }
         }
         keys
@@ -174,8 +193,9 @@ impl SyntheticDataset {
                 .flat_map(|w| w.join().expect("synthesis threads do not panic"))
                 .collect()
         });
-        let (train, test): (Vec<_>, Vec<_>) =
-            clips.into_iter().partition(|(key, _)| key.split == Split::Train);
+        let (train, test): (Vec<_>, Vec<_>) = clips
+            .into_iter()
+            .partition(|(key, _)| key.split == Split::Train);
         Self {
             config: config.clone(),
             train: train.into_iter().map(|(_, c)| c).collect(),
@@ -194,7 +214,12 @@ pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
     let anomaly_tag = key.anomaly.map_or(0, |k| 1 + k as u64);
     let mut rng = ChaCha8Rng::seed_from_u64(mix(
         config.seed,
-        &[split_tag, key.machine_id as u64, key.index as u64, anomaly_tag],
+        &[
+            split_tag,
+            key.machine_id as u64,
+            key.index as u64,
+            anomaly_tag,
+        ],
     ));
     let sr = config.sample_rate as f64;
     let n = (config.seconds as f64 * sr) as usize;
@@ -222,11 +247,14 @@ pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
     let drift_period = rng.random_range(3.0..8.0);
     let drift_phase = rng.random_range(0.0..TAU);
     let am_rate = rng.random_range(0.5..2.0);
-    let mut phases: Vec<f64> = (0..amplitudes.len()).map(|_| rng.random_range(0.0..TAU)).collect();
+    let mut phases: Vec<f64> = (0..amplitudes.len())
+        .map(|_| rng.random_range(0.0..TAU))
+        .collect();
     let mut audio = Vec::with_capacity(n);
     for i in 0..n {
         let t = i as f64 / sr;
-        let f0 = machine.f0 * (1.0 + machine.drift_depth * (TAU * t / drift_period + drift_phase).sin());
+        let f0 =
+            machine.f0 * (1.0 + machine.drift_depth * (TAU * t / drift_period + drift_phase).sin());
         let am = 1.0 + 0.1 * (TAU * am_rate * t).sin();
         let mut x = 0.0;
         for ((phase, a), m) in phases.iter_mut().zip(&amplitudes).zip(&multiples) {
@@ -249,7 +277,10 @@ pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
             }
         }
     }
-    audio.into_iter().map(|x| x.clamp(-1.0, 1.0) as f32).collect()
+    audio
+        .into_iter()
+        .map(|x| x.clamp(-1.0, 1.0) as f32)
+        .collect()
 }
 
 /// Standard normal by Box-Muller; the dataset must not depend on a distribution crate's
@@ -303,7 +334,10 @@ mod tests {
         assert_eq!(d.train.len(), 4);
         assert!(d.train.iter().all(|c| c.label == Label::Normal));
         assert_eq!(d.test.len(), 2 * (1 + 3));
-        assert_eq!(d.test.iter().filter(|c| c.label == Label::Anomaly).count(), 6);
+        assert_eq!(
+            d.test.iter().filter(|c| c.label == Label::Anomaly).count(),
+            6
+        );
         assert_eq!(d.test[1].name, "anomaly_id_00_00000000");
         let frames = LogMel::new(LogMelConfig::default()).frames_for(32_000);
         assert!(d.train.iter().all(|c| c.spectrogram.frames == frames));
@@ -312,7 +346,12 @@ mod tests {
     #[test]
     fn default_clips_are_ten_seconds_of_64_mels() {
         let config = SyntheticConfig::default();
-        let key = ClipKey { split: Split::Train, machine_id: 0, index: 0, anomaly: None };
+        let key = ClipKey {
+            split: Split::Train,
+            machine_id: 0,
+            index: 0,
+            anomaly: None,
+        };
         let audio = waveform(&config, &key);
         assert_eq!(audio.len(), 160_000);
         let spec = LogMel::new(LogMelConfig::default()).compute(&audio);
@@ -322,7 +361,10 @@ mod tests {
     /// Each anomaly must change the spectrogram where a listener would hear it.
     #[test]
     fn anomalies_differ_from_normal_sound() {
-        let config = SyntheticConfig { seconds: 2.0, ..SyntheticConfig::default() };
+        let config = SyntheticConfig {
+            seconds: 2.0,
+            ..SyntheticConfig::default()
+        };
         let frontend = LogMel::new(LogMelConfig::default());
         let mean_spectrum = |key: ClipKey| {
             let s = frontend.compute(&waveform(&config, &key));
@@ -343,16 +385,34 @@ mod tests {
             };
             max - median
         };
-        let normal = ClipKey { split: Split::Test, machine_id: 1, index: 0, anomaly: None };
-        let with = |kind| ClipKey { anomaly: Some(kind), ..normal };
+        let normal = ClipKey {
+            split: Split::Test,
+            machine_id: 1,
+            index: 0,
+            anomaly: None,
+        };
+        let with = |kind| ClipKey {
+            anomaly: Some(kind),
+            ..normal
+        };
         // Clicks: broadband bursts lift the high bands of some frames far above the rest.
-        assert!(frame_energy_spread(with(AnomalyKind::Clicks)) > 3.0 * frame_energy_spread(normal).max(1.0));
+        assert!(
+            frame_energy_spread(with(AnomalyKind::Clicks))
+                > 3.0 * frame_energy_spread(normal).max(1.0)
+        );
         // Harmonic anomalies move energy between mel bands.
         let base = mean_spectrum(normal);
         for kind in [AnomalyKind::ShiftedHarmonic, AnomalyKind::MissingHarmonic] {
             let other = mean_spectrum(with(kind));
-            let largest_change = base.iter().zip(&other).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(largest_change > 6.0, "{kind:?} changes the mean spectrum by only {largest_change} dB");
+            let largest_change = base
+                .iter()
+                .zip(&other)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                largest_change > 6.0,
+                "{kind:?} changes the mean spectrum by only {largest_change} dB"
+            );
         }
     }
 }

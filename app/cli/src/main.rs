@@ -1,1 +1,41 @@
-fn main(){}
+//! `trainer-cli`: Headroom from the command line. A thin layer over `headroom-core`:
+//! it parses flags, renders the engine's events, and owns nothing else.
+
+mod args;
+mod bench;
+mod render;
+mod train;
+
+use anyhow::Result;
+use clap::Parser;
+use headroom_core::memory::alloc::CountingAllocator;
+
+// Host-memory figures on CPU backends come from counting every allocation.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = args::Cli::parse();
+    match cli.command.unwrap_or_default() {
+        args::Command::Train(a) => train::run(a),
+        args::Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// Sizes the thread pool burn's CPU backends compute on.
+pub(crate) fn set_threads(threads: Option<usize>) -> Result<usize> {
+    if let Some(n) = threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| anyhow::anyhow!("cannot set --threads {n}: {e}"))?;
+    }
+    Ok(rayon::current_num_threads())
+}

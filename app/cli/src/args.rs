@@ -1,0 +1,193 @@
+//! Command-line flags. Kebab-case, with the seed documents' snake_case spellings accepted
+//! as aliases so their commands work as written.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use headroom_core::BackendKind;
+use headroom_datasets::PatchPlacement;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "trainer-cli",
+    version,
+    about = "Headroom: train spectrogram models without running out of memory"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train the default model (the VQ patch autoencoder); with no flags, on the built-in
+    /// synthetic dataset on the CPU.
+    Train(TrainArgs),
+    /// Time training steps of the default model on random patches (one JSON line with --json).
+    Bench(BenchArgs),
+}
+
+impl Default for Command {
+    fn default() -> Self {
+        Command::Train(TrainArgs::default())
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum Backend {
+    /// Let Headroom choose (and say why).
+    Auto,
+    Flex,
+    Ndarray,
+    Wgpu,
+    Cuda,
+}
+
+impl Backend {
+    /// The backend to use, and the reason when Headroom chose it.
+    pub fn resolve(self) -> (BackendKind, Option<String>) {
+        match self {
+            Backend::Auto => {
+                let (kind, reason) = headroom_core::backend::choose_auto();
+                (kind, Some(reason))
+            }
+            Backend::Flex => (BackendKind::Flex, None),
+            Backend::Ndarray => (BackendKind::Ndarray, None),
+            Backend::Wgpu => (BackendKind::Wgpu, None),
+            Backend::Cuda => (BackendKind::Cuda, None),
+        }
+    }
+}
+
+impl From<Backend> for BackendKind {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Auto => b.resolve().0,
+            Backend::Flex => BackendKind::Flex,
+            Backend::Ndarray => BackendKind::Ndarray,
+            Backend::Wgpu => BackendKind::Wgpu,
+            Backend::Cuda => BackendKind::Cuda,
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum Placement {
+    Even,
+    Random,
+}
+
+impl From<Placement> for PatchPlacement {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::Even => PatchPlacement::Even,
+            Placement::Random => PatchPlacement::Random,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct TrainArgs {
+    /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Spectrograms per micro-batch.
+    #[arg(long, alias = "batch_size")]
+    pub batch_size: Option<usize>,
+    /// Patches taken from each spectrogram.
+    #[arg(long, alias = "n_patches")]
+    pub n_patches: Option<usize>,
+    /// Frames between consecutive patches of a spectrogram.
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Where the run of patches sits in a spectrogram: centred, or random each time.
+    #[arg(long, value_enum)]
+    pub placement: Option<Placement>,
+    /// Micro-batches whose gradients are summed before each optimizer step.
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "gradient-accumulation"
+    )]
+    pub gradient_accumulation_steps: Option<usize>,
+    /// Passes over the train split.
+    #[arg(long, conflicts_with = "steps")]
+    pub epochs: Option<u64>,
+    /// Optimizer steps (instead of --epochs).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Peak learning rate (cosine decay to 0).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Global gradient-norm clipping threshold.
+    #[arg(long, alias = "clip_norm")]
+    pub clip_norm: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run directory: checkpoints go to OUT/checkpoints, OUT/checkpoint.json names the newest
+    /// [default: runs/latest, or the --resume run's directory].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run saved in this directory (a run's --out, or one of its checkpoints).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Write a checkpoint every N steps (and at the end).
+    #[arg(long, alias = "checkpoint_every")]
+    pub checkpoint_every: Option<u64>,
+    /// Validate every N steps (and at the end).
+    #[arg(long, alias = "validate_every")]
+    pub validate_every: Option<u64>,
+    /// Ask the device to return cached memory every N steps (0: never).
+    #[arg(long, alias = "empty_cache_every", alias = "empty_cache_frequency")]
+    pub empty_cache_every: Option<u64>,
+    /// Stop after this many steps in total, with a checkpoint; --resume continues.
+    #[arg(long)]
+    pub stop_after: Option<u64>,
+    /// Synthetic dataset: clips per machine ID in the train split.
+    #[arg(long)]
+    pub train_clips_per_id: Option<usize>,
+    /// Synthetic dataset: number of machine IDs.
+    #[arg(long)]
+    pub machine_ids: Option<u32>,
+    /// Threads for the CPU backends (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Skip scoring the test split at the end.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// One JSON object per line per event, instead of progress bars.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[arg(long, value_enum, default_value = "flex")]
+    pub backend: Backend,
+    /// Spectrograms per micro-batch (the reference script's --batch).
+    #[arg(long, alias = "batch_size", alias = "batch", default_value_t = 16)]
+    pub batch_size: usize,
+    /// Patches per spectrogram (the reference script's --patches).
+    #[arg(long, alias = "n_patches", alias = "patches", default_value_t = 1)]
+    pub n_patches: usize,
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "accum",
+        default_value_t = 1
+    )]
+    pub gradient_accumulation_steps: usize,
+    /// Timed optimizer steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON line.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,44 @@
+//! `trainer-cli bench`.
+
+use anyhow::Result;
+use headroom_core::bench::{self, BenchConfig};
+
+use crate::args::BenchArgs;
+use crate::render::mib;
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let threads = crate::set_threads(args.threads)?;
+    let config = BenchConfig {
+        backend: args.backend.into(),
+        micro_batch: args.batch_size,
+        n_patches: args.n_patches,
+        accumulation: args.gradient_accumulation_steps,
+        steps: args.steps,
+        warmup: args.warmup,
+        seed: args.seed,
+    };
+    anyhow::ensure!(
+        config.micro_batch > 0
+            && config.n_patches > 0
+            && config.accumulation > 0
+            && config.steps > 0,
+        "--batch-size, --n-patches, --gradient-accumulation-steps and --steps must be at least 1"
+    );
+    let result = bench::run(&config, threads)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!(
+            "{} ({} threads): {:.1} patches/s, median step {:.1} ms, peak memory {}, micro-batch {} x {} patches x {} accumulation",
+            result.backend,
+            result.threads,
+            result.patches_per_s,
+            result.step_ms_median,
+            mib(result.mem_peak_bytes),
+            result.batch,
+            result.patches,
+            result.accum
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Human-readable rendering of engine events: progress bars and memory lines.
+
+use std::time::Duration;
+
+use headroom_core::events::{EvaluationReport, Event, RunInfo};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+pub fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Renders a run as a progress bar plus a memory line beneath it.
+pub struct ProgressRenderer {
+    bars: MultiProgress,
+    progress: ProgressBar,
+    memory: ProgressBar,
+    last_loss: Option<f64>,
+}
+
+impl ProgressRenderer {
+    pub fn new() -> Self {
+        let bars = MultiProgress::new();
+        let progress = bars.add(ProgressBar::new(0));
+        progress.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>9} [{bar:30.cyan/blue}] {pos}/{len} steps {msg} ({elapsed} < {eta})",
+            )
+            .expect("the template is valid")
+            .progress_chars("=> "),
+        );
+        progress.set_prefix("training");
+        let memory = bars.add(ProgressBar::new(0));
+        memory.set_style(ProgressStyle::with_template("{msg}").expect("the template is valid"));
+        progress.enable_steady_tick(Duration::from_millis(250));
+        Self {
+            bars,
+            progress,
+            memory,
+            last_loss: None,
+        }
+    }
+
+    fn say(&self, line: String) {
+        // Above the bars when they are drawn; plain stdout when output is not a terminal.
+        if self.bars.is_hidden() {
+            println!("{line}");
+        } else {
+            let _ = self.bars.println(line);
+        }
+    }
+
+    pub fn handle(&mut self, event: &Event) {
+        match event {
+            Event::BackendChoice { reason, .. } => self.say(reason.clone()),
+            Event::Config(info) => {
+                self.progress.set_length(info.total_steps);
+                self.progress.set_position(info.start_step);
+                self.say(describe_run(info));
+            }
+            Event::Step(s) => {
+                self.progress.set_position(s.step);
+                self.progress.set_message(format!(
+                    "loss {:.4} | {:.1} patches/s",
+                    s.loss, s.patches_per_s
+                ));
+                let reserved = s
+                    .mem_reserved_bytes
+                    .map(|r| format!(", reserved {}", mib(r)))
+                    .unwrap_or_default();
+                self.memory.set_message(format!(
+                    "Memory - allocated {}, peak {}{reserved}",
+                    mib(s.mem_allocated_bytes),
+                    mib(s.mem_peak_bytes)
+                ));
+                self.last_loss = Some(s.loss);
+            }
+            Event::Epoch { epoch, step } => {
+                if let Some(loss) = self.last_loss {
+                    self.say(format!("epoch {epoch} done at step {step}, loss {loss:.4}"));
+                }
+            }
+            Event::Validation { step, loss } => {
+                self.say(format!("validation at step {step}: loss {loss:.4}"))
+            }
+            Event::Checkpoint { step, path } => {
+                self.say(format!("checkpoint at step {step}: {path}"))
+            }
+            Event::MemoryCleanup { .. } => {}
+            Event::Evaluation(report) => self.say(describe_evaluation(report)),
+            Event::Finished {
+                step,
+                total_steps,
+                stopped_early,
+                elapsed_s,
+            } => {
+                self.progress.finish_and_clear();
+                let memory = self.memory.message();
+                self.memory.finish_and_clear();
+                if !memory.is_empty() {
+                    self.say(memory.to_string());
+                }
+                let how = if *stopped_early {
+                    "stopped"
+                } else {
+                    "finished"
+                };
+                self.say(format!(
+                    "Training {how} at step {step}/{total_steps} in {:.1} s",
+                    elapsed_s
+                ));
+            }
+        }
+    }
+}
+
+fn describe_run(info: &RunInfo) -> String {
+    format!(
+        "Backend {} ({}), {} parameters\n\
+         Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps)\n\
+         Data: {} train, {} validation, {} test clips; {} steps per epoch; {} steps from step {}",
+        info.backend,
+        info.device,
+        info.parameters,
+        info.effective_batch,
+        info.micro_batch,
+        info.n_patches,
+        info.accumulation,
+        info.train_clips,
+        info.validation_clips,
+        info.test_clips,
+        info.steps_per_epoch,
+        info.total_steps,
+        info.start_step,
+    )
+}
+
+pub fn describe_evaluation(report: &EvaluationReport) -> String {
+    let ids: Vec<String> = report
+        .per_machine
+        .iter()
+        .map(|m| format!("id {:02}: {:.3}", m.machine_id, m.auc))
+        .collect();
+    format!(
+        "Anomaly AUC on the synthetic test split: {:.3} ({}; {} clips)",
+        report.auc,
+        ids.join(", "),
+        report.clips
+    )
+}

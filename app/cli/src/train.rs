@@ -1,0 +1,127 @@
+//! `trainer-cli train`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use headroom_core::events::Event;
+use headroom_core::train::DatasetSource;
+use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
+
+use crate::args::{Backend, TrainArgs};
+use crate::render::ProgressRenderer;
+
+fn config_from(args: &TrainArgs, backend: BackendKind) -> TrainConfig {
+    let mut c = TrainConfig {
+        backend,
+        ..TrainConfig::default()
+    };
+    let set = |slot: &mut usize, v: Option<usize>| {
+        if let Some(v) = v {
+            *slot = v;
+        }
+    };
+    set(&mut c.micro_batch, args.batch_size);
+    set(&mut c.n_patches, args.n_patches);
+    set(&mut c.stride, args.stride);
+    set(&mut c.accumulation, args.gradient_accumulation_steps);
+    if let Some(p) = args.placement {
+        c.placement = p.into();
+    }
+    if let Some(l) = length_from(args) {
+        c.length = l;
+    }
+    if let Some(lr) = args.lr {
+        c.lr = lr;
+    }
+    if let Some(clip) = args.clip_norm {
+        c.clip_norm = Some(clip);
+    }
+    if let Some(seed) = args.seed {
+        c.seed = seed;
+    }
+    if let Some(n) = args.checkpoint_every {
+        c.checkpoint_every = n;
+    }
+    if let Some(n) = args.validate_every {
+        c.validate_every = n;
+    }
+    if let Some(n) = args.empty_cache_every {
+        c.empty_cache_every = n;
+    }
+    let DatasetSource::Synthetic(data) = &mut c.dataset;
+    set(&mut data.train_per_id, args.train_clips_per_id);
+    if let Some(ids) = args.machine_ids {
+        data.machine_ids = ids;
+    }
+    c
+}
+
+fn length_from(args: &TrainArgs) -> Option<RunLength> {
+    args.steps
+        .map(RunLength::Steps)
+        .or(args.epochs.map(RunLength::Epochs))
+}
+
+/// Checkpoints go where the user says, else back into the run being resumed, else runs/latest.
+fn out_dir(args: &TrainArgs) -> PathBuf {
+    if let Some(out) = &args.out {
+        return out.clone();
+    }
+    match &args.resume {
+        // A checkpoint directory (RUN/checkpoints/step-N) belongs to RUN.
+        Some(dir) if dir.join("state.json").is_file() => dir
+            .parent()
+            .and_then(Path::parent)
+            .map_or_else(|| dir.clone(), Path::to_path_buf),
+        Some(dir) => dir.clone(),
+        None => PathBuf::from("runs/latest"),
+    }
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    crate::set_threads(args.threads)?;
+    let options = RunOptions {
+        out_dir: Some(out_dir(&args)),
+        stop_after: args.stop_after,
+        stop: None,
+    };
+    let mut renderer = (!args.json).then(ProgressRenderer::new);
+    let mut emit = |event: Event| match &mut renderer {
+        Some(r) => r.handle(&event),
+        None => println!(
+            "{}",
+            serde_json::to_string(&event).expect("events always serialise")
+        ),
+    };
+    // A resumed run keeps its backend unless one is named.
+    let requested = match (&args.resume, args.backend) {
+        (Some(_), None) => None,
+        (_, backend) => Some(backend.unwrap_or(Backend::Auto)),
+    };
+    let backend = requested.map(|b| {
+        let (kind, reason) = b.resolve();
+        if let Some(reason) = reason {
+            emit(Event::BackendChoice {
+                backend: kind.name().to_string(),
+                reason,
+            });
+        }
+        kind
+    });
+    let mut trainer = match &args.resume {
+        Some(dir) => Trainer::resume(dir, length_from(&args), backend, options)
+            .with_context(|| format!("cannot resume from {}", dir.display()))?,
+        None => Trainer::new(
+            config_from(&args, backend.unwrap_or(BackendKind::Flex)),
+            options,
+        )
+        .context("cannot start training")?,
+    };
+
+    trainer.run(&mut emit)?;
+    if !args.no_eval {
+        let report = trainer.evaluate();
+        emit(Event::Evaluation(report));
+    }
+    Ok(())
+}

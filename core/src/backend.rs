@@ -1,0 +1,142 @@
+//! Which burn backend a run uses, chosen at run time through burn's `Device`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// burn's pure-Rust CPU backend: the default on CPU.
+    Flex,
+    /// burn's ndarray CPU backend: kept because users ask for it; much slower than flex.
+    Ndarray,
+    /// burn's wgpu backend (Vulkan, Metal, DX12) with WGSL kernels.
+    Wgpu,
+    /// burn's CUDA backend; needs the `cuda` cargo feature.
+    Cuda,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "backend `{backend}` is not in this build; rebuild with it: \
+         cargo build --release -p trainer-cli --features {backend}"
+    )]
+    NotBuilt { backend: BackendKind },
+    #[error("unknown backend `{0}`; choose one of: flex, ndarray, wgpu, cuda")]
+    Unknown(String),
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Flex,
+        BackendKind::Ndarray,
+        BackendKind::Wgpu,
+        BackendKind::Cuda,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Flex => "flex",
+            BackendKind::Ndarray => "ndarray",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build carries the backend's cargo feature.
+    pub fn is_built(self) -> bool {
+        match self {
+            BackendKind::Flex => cfg!(feature = "flex"),
+            BackendKind::Ndarray => cfg!(feature = "ndarray"),
+            BackendKind::Wgpu => cfg!(feature = "wgpu"),
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// CPU backends keep tensors in host memory, which the counting allocator measures.
+    pub fn is_host(self) -> bool {
+        matches!(self, BackendKind::Flex | BackendKind::Ndarray)
+    }
+
+    /// The backend's default device, without autodiff.
+    pub fn device(self) -> Result<Device, BackendError> {
+        match self {
+            #[cfg(feature = "flex")]
+            BackendKind::Flex => Ok(Device::flex()),
+            #[cfg(feature = "ndarray")]
+            #[allow(deprecated)]
+            // burn deprecates ndarray in favour of flex; users still ask for it.
+            BackendKind::Ndarray => Ok(Device::ndarray()),
+            #[cfg(feature = "wgpu")]
+            BackendKind::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Ok(Device::cuda(0)),
+            #[allow(unreachable_patterns)]
+            backend => Err(BackendError::NotBuilt { backend }),
+        }
+    }
+}
+
+/// The `--backend auto` decision with its reason in one line.
+///
+/// The machine probe that weighs GPUs against the CPU is not built yet, so auto picks the
+/// CPU default and says so; the reason names what was considered.
+pub fn choose_auto() -> (BackendKind, String) {
+    let backend = if BackendKind::Flex.is_built() {
+        BackendKind::Flex
+    } else {
+        BackendKind::Ndarray
+    };
+    let reason = format!(
+        "auto: {backend} (CPU) - GPU probing is not available in this version, so training stays on the CPU backend"
+    );
+    (backend, reason)
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| BackendError::Unknown(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for b in BackendKind::ALL {
+            assert_eq!(b.name().parse::<BackendKind>().unwrap(), b);
+        }
+        assert!(
+            "tpu"
+                .parse::<BackendKind>()
+                .unwrap_err()
+                .to_string()
+                .contains("flex, ndarray")
+        );
+    }
+
+    #[test]
+    fn a_backend_missing_from_the_build_says_how_to_get_it() {
+        if !BackendKind::Cuda.is_built() {
+            let err = BackendKind::Cuda.device().unwrap_err().to_string();
+            assert!(err.contains("--features cuda"), "{err}");
+        }
+    }
+}

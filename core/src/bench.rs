@@ -1,0 +1,122 @@
+//! `trainer-cli bench`: timed training steps of the default model on random patches, the
+//! same measure as `shared/bench/reference_vqae.py` so the two compare side by side.
+
+use std::time::Instant;
+
+use burn::tensor::{Distribution, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{BackendError, BackendKind};
+use crate::checkpoint::new_optimizer;
+use crate::memory::MemoryMeter;
+use crate::model::VqAutoencoderConfig;
+use crate::train::step::optimizer_step;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchConfig {
+    pub backend: BackendKind,
+    /// Spectrograms per micro-batch (the reference's `--batch`).
+    pub micro_batch: usize,
+    pub n_patches: usize,
+    pub accumulation: usize,
+    /// Timed optimizer steps.
+    pub steps: usize,
+    pub warmup: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchResult {
+    pub framework: String,
+    pub backend: String,
+    pub threads: usize,
+    pub batch: usize,
+    pub patches: usize,
+    pub accum: usize,
+    pub params: usize,
+    pub steps: usize,
+    pub step_ms_median: f64,
+    pub patches_per_s: f64,
+    /// Peak bytes during the timed steps (host allocator on CPU, sampled pool on GPU).
+    pub mem_peak_bytes: u64,
+    /// Peak resident set of the whole process, like the reference's `peak_rss_mib`.
+    pub peak_rss_mib: Option<f64>,
+}
+
+pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BackendError> {
+    let device = config.backend.device()?.autodiff();
+    device.seed(config.seed);
+    let mut model = VqAutoencoderConfig::default().init(&device);
+    let params = burn::module::Module::num_params(&model);
+    let mut optimizer = new_optimizer();
+    let mut meter = MemoryMeter::new(config.backend, &device);
+    let n = config.micro_batch * config.n_patches;
+    let mut times = Vec::with_capacity(config.steps);
+    let mut peak = 0;
+    for step in 0..config.warmup + config.steps {
+        if step == config.warmup {
+            meter.reset_peak();
+        }
+        let started = Instant::now();
+        let batches = (0..config.accumulation)
+            .map(|_| Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device));
+        let (next, _) = optimizer_step(
+            model,
+            &mut optimizer,
+            batches,
+            config.accumulation,
+            1e-3,
+            Some(1.0),
+            &mut meter,
+        );
+        model = next;
+        // The step's scalars were read back, so its work is done; syncing covers lazy backends.
+        let _ = device.sync();
+        if step >= config.warmup {
+            times.push(started.elapsed().as_secs_f64());
+            peak = peak.max(meter.sample().peak_bytes);
+        }
+    }
+    let median = median(&mut times);
+    Ok(BenchResult {
+        framework: "headroom".into(),
+        backend: config.backend.name().into(),
+        threads,
+        batch: config.micro_batch,
+        patches: config.n_patches,
+        accum: config.accumulation,
+        params,
+        steps: config.steps,
+        step_ms_median: median * 1e3,
+        patches_per_s: (n * config.accumulation) as f64 / median,
+        mem_peak_bytes: peak,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+/// The middle value, or the mean of the two middle ones, as Python's `statistics.median`.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// `VmHWM` from /proc: the same figure as Python's `ru_maxrss` on Linux.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_matches_python() {
+        assert_eq!(super::median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+}

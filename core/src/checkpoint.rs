@@ -1,0 +1,374 @@
+//! Checkpoints: model (safetensors, loadable elsewhere), optimizer state (burnpack) and the
+//! run's state (JSON: step, configuration, normalisation, RNG position).
+//!
+//! Layout of a run directory:
+//! ```text
+//! OUT/checkpoint.json                  pointer to the newest complete checkpoint
+//! OUT/checkpoints/step-00000100/       model.safetensors, optimizer.burnpack, state.json
+//! ```
+//! A checkpoint is written into a scratch directory and renamed into place once complete;
+//! only then is the pointer replaced, itself through a temporary file and a rename. A crash
+//! at any moment leaves the previous checkpoint and the pointer to it intact.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use burn::optim::{AdamWConfig, ModuleOptimizer};
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use burn::tensor::{Bytes, Device};
+use serde::{Deserialize, Serialize};
+
+use crate::data::Normalization;
+use crate::model::VqAutoencoder;
+use crate::train::TrainConfig;
+
+const FORMAT_VERSION: u32 = 1;
+const MODEL_FILE: &str = "model.safetensors";
+const OPTIMIZER_FILE: &str = "optimizer.burnpack";
+const STATE_FILE: &str = "state.json";
+const POINTER_FILE: &str = "checkpoint.json";
+/// Complete checkpoints kept in a run directory; older ones are pruned.
+const KEEP: usize = 2;
+
+/// Everything besides tensors that a resumed run needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    pub format_version: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    pub total_steps: u64,
+    pub config: TrainConfig,
+    pub normalization: Normalization,
+    pub rng: RngState,
+}
+
+/// The data RNG: batches and patch positions are drawn from `seed` and the stream position,
+/// so these two numbers restore it exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RngState {
+    pub seed: u64,
+    pub stream_position: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Pointer {
+    latest: String,
+    step: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot write checkpoint {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read checkpoint {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a Headroom checkpoint: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error(
+        "no checkpoint in {path}: expected {POINTER_FILE} or {STATE_FILE}; pass a run's --out directory or one of its checkpoints/step-* directories"
+    )]
+    Missing { path: PathBuf },
+}
+
+pub struct LoadedCheckpoint {
+    pub state: CheckpointState,
+    pub model: VqAutoencoder,
+    pub optimizer: ModuleOptimizer,
+    pub path: PathBuf,
+}
+
+/// The optimizer every run uses: AdamW with PyTorch's defaults, so that runs compare with
+/// the reference script.
+pub fn new_optimizer() -> ModuleOptimizer {
+    AdamWConfig::new()
+        .with_epsilon(1e-8)
+        .with_weight_decay(0.01)
+        .init()
+}
+
+/// Writes a checkpoint of `state` into `run_dir` and points `checkpoint.json` at it.
+pub fn save(
+    run_dir: &Path,
+    state: &CheckpointState,
+    model: &VqAutoencoder,
+    optimizer: &ModuleOptimizer,
+) -> Result<PathBuf, CheckpointError> {
+    save_with_hook(run_dir, state, model, optimizer, &mut |_| Ok(()))
+}
+
+/// [`save`], calling `after_file` after each file lands in the scratch directory: tests use
+/// it to simulate a crash part-way through.
+pub fn save_with_hook(
+    run_dir: &Path,
+    state: &CheckpointState,
+    model: &VqAutoencoder,
+    optimizer: &ModuleOptimizer,
+    after_file: &mut dyn FnMut(&Path) -> std::io::Result<()>,
+) -> Result<PathBuf, CheckpointError> {
+    let checkpoints = run_dir.join("checkpoints");
+    let name = format!("step-{:08}", state.step);
+    let final_dir = checkpoints.join(&name);
+    let scratch = checkpoints.join(format!(".{name}.{}.tmp", std::process::id()));
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CheckpointError::Write { path, source }
+    };
+    if scratch.exists() {
+        fs::remove_dir_all(&scratch).map_err(write_err(&scratch))?;
+    }
+    fs::create_dir_all(&scratch).map_err(write_err(&scratch))?;
+
+    let mut store = SafetensorsStore::from_bytes(None);
+    model
+        .save_into(&mut store)
+        .map_err(|e| invalid(&scratch, e))?;
+    let model_bytes = store.get_bytes().map_err(|e| invalid(&scratch, e))?;
+    let optimizer_bytes = optimizer.into_bytes().map_err(|e| invalid(&scratch, e))?;
+    let state_json = serde_json::to_vec_pretty(state).map_err(|e| invalid(&scratch, e))?;
+    for (file, bytes) in [
+        (MODEL_FILE, &model_bytes[..]),
+        (OPTIMIZER_FILE, &optimizer_bytes[..]),
+        (STATE_FILE, &state_json[..]),
+    ] {
+        let path = scratch.join(file);
+        write_synced(&path, bytes).map_err(write_err(&path))?;
+        after_file(&path).map_err(write_err(&path))?;
+    }
+
+    // Replacing a checkpoint of the same step (a resumed run re-saving it) must not leave a
+    // moment with neither copy: move the old one aside first, delete it only at the end.
+    let displaced = checkpoints.join(format!(".{name}.{}.old", std::process::id()));
+    if final_dir.exists() {
+        fs::rename(&final_dir, &displaced).map_err(write_err(&final_dir))?;
+    }
+    fs::rename(&scratch, &final_dir).map_err(write_err(&final_dir))?;
+    sync_dir(&checkpoints);
+
+    let pointer = Pointer {
+        latest: format!("checkpoints/{name}"),
+        step: state.step,
+    };
+    let pointer_json = serde_json::to_vec_pretty(&pointer).map_err(|e| invalid(run_dir, e))?;
+    let pointer_tmp = run_dir.join(format!(".{POINTER_FILE}.{}.tmp", std::process::id()));
+    write_synced(&pointer_tmp, &pointer_json).map_err(write_err(&pointer_tmp))?;
+    fs::rename(&pointer_tmp, run_dir.join(POINTER_FILE)).map_err(write_err(run_dir))?;
+    sync_dir(run_dir);
+
+    if displaced.exists() {
+        let _ = fs::remove_dir_all(&displaced);
+    }
+    prune(&checkpoints, &name);
+    Ok(final_dir)
+}
+
+/// Finds the checkpoint a path names: a run directory (its newest checkpoint) or a
+/// checkpoint directory itself.
+pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
+    let pointer_path = path.join(POINTER_FILE);
+    if pointer_path.is_file() {
+        let text = fs::read(&pointer_path).map_err(|source| CheckpointError::Read {
+            path: pointer_path.clone(),
+            source,
+        })?;
+        let pointer: Pointer =
+            serde_json::from_slice(&text).map_err(|e| invalid(&pointer_path, e))?;
+        return Ok(path.join(pointer.latest));
+    }
+    if path.join(STATE_FILE).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    Err(CheckpointError::Missing {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Reads only the state of a checkpoint (no tensors).
+pub fn read_state(path: &Path) -> Result<CheckpointState, CheckpointError> {
+    let dir = resolve(path)?;
+    let state_path = dir.join(STATE_FILE);
+    let text = fs::read(&state_path).map_err(|source| CheckpointError::Read {
+        path: state_path.clone(),
+        source,
+    })?;
+    let state: CheckpointState =
+        serde_json::from_slice(&text).map_err(|e| invalid(&state_path, e))?;
+    if state.format_version != FORMAT_VERSION {
+        return Err(invalid(
+            &state_path,
+            format!(
+                "format version {} (this build reads {FORMAT_VERSION})",
+                state.format_version
+            ),
+        ));
+    }
+    Ok(state)
+}
+
+/// Loads a checkpoint onto `device` (an autodiff device to continue training).
+pub fn load(path: &Path, device: &Device) -> Result<LoadedCheckpoint, CheckpointError> {
+    let dir = resolve(path)?;
+    let state = read_state(&dir)?;
+    let read = |file: &str| {
+        let p = dir.join(file);
+        fs::read(&p).map_err(|source| CheckpointError::Read { path: p, source })
+    };
+    let mut model = state.config.model.init(device);
+    let mut store = SafetensorsStore::from_bytes(Some(read(MODEL_FILE)?));
+    model
+        .load_from(&mut store)
+        .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
+    let optimizer = new_optimizer()
+        .from_bytes(Bytes::from_bytes_vec(read(OPTIMIZER_FILE)?))
+        .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
+    Ok(LoadedCheckpoint {
+        state,
+        model,
+        optimizer,
+        path: dir,
+    })
+}
+
+fn invalid(path: &Path, reason: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::Invalid {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Makes renames inside `dir` durable; best effort, as not every filesystem supports it.
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Deletes all but the newest `KEEP` complete checkpoints, never `current`.
+fn prune(checkpoints: &Path, current: &str) {
+    let Ok(entries) = fs::read_dir(checkpoints) else {
+        return;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    let excess = names.len().saturating_sub(KEEP);
+    for name in names.into_iter().take(excess) {
+        if name != current {
+            let _ = fs::remove_dir_all(checkpoints.join(name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use burn::module::Module;
+
+    fn params(model: &VqAutoencoder) -> Vec<f32> {
+        crate::model::flat_parameters(model)
+    }
+
+    fn state(step: u64) -> CheckpointState {
+        CheckpointState {
+            format_version: FORMAT_VERSION,
+            step,
+            total_steps: 10,
+            config: TrainConfig::default(),
+            normalization: Normalization {
+                mean: -40.0,
+                std: 12.0,
+            },
+            rng: RngState {
+                seed: 42,
+                stream_position: step * 8,
+            },
+        }
+    }
+
+    #[test]
+    fn a_crash_mid_write_leaves_the_previous_checkpoint_loadable() {
+        let run = tempfile::tempdir().unwrap();
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        device.seed(1);
+        let first = TrainConfig::default().model.init(&device);
+        save(run.path(), &state(1), &first, &new_optimizer()).unwrap();
+
+        let second = TrainConfig::default().model.init(&device);
+        assert!(
+            params(&first) != params(&second),
+            "two initialisations should differ"
+        );
+        let err = save_with_hook(run.path(), &state(2), &second, &new_optimizer(), &mut |p| {
+            if p.ends_with(MODEL_FILE) {
+                Err(std::io::Error::other("simulated crash"))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("simulated crash"), "{err}");
+
+        let loaded = load(run.path(), &device).unwrap();
+        assert_eq!(loaded.state, state(1));
+        assert!(
+            params(&loaded.model) == params(&first),
+            "the loaded model is not the first one"
+        );
+        assert_eq!(loaded.model.num_params(), 392_193);
+    }
+
+    #[test]
+    fn newest_checkpoint_wins_and_old_ones_are_pruned() {
+        let run = tempfile::tempdir().unwrap();
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        let model = TrainConfig::default().model.init(&device);
+        for step in 1..=4 {
+            save(run.path(), &state(step), &model, &new_optimizer()).unwrap();
+        }
+        assert_eq!(read_state(run.path()).unwrap().step, 4);
+        let kept: Vec<_> = fs::read_dir(run.path().join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(kept.len(), KEEP, "{kept:?}");
+        // A step directory can be named directly too.
+        assert_eq!(
+            read_state(&run.path().join("checkpoints/step-00000003"))
+                .unwrap()
+                .step,
+            3
+        );
+    }
+
+    #[test]
+    fn missing_and_corrupt_checkpoints_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = read_state(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains(&dir.path().display().to_string()) && err.contains("--out"),
+            "{err}"
+        );
+        fs::write(dir.path().join(STATE_FILE), b"{ not json").unwrap();
+        let err = read_state(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("state.json") && err.contains("not a Headroom checkpoint"),
+            "{err}"
+        );
+    }
+}

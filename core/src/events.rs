@@ -1,0 +1,152 @@
+//! Typed progress events: the engine reports, front-ends render. Serialised with an
+//! `event` tag, one JSON object per event; the field names are a stable interface.
+
+use serde::{Deserialize, Serialize};
+
+use crate::memory::MemorySource;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// How `--backend auto` chose, and why.
+    BackendChoice { backend: String, reason: String },
+    /// The run's configuration, once before the first step.
+    Config(RunInfo),
+    /// One optimizer step.
+    Step(StepReport),
+    /// An epoch of the train split has been consumed.
+    Epoch { epoch: u64, step: u64 },
+    /// Loss on held-out normal clips, without autodiff.
+    Validation { step: u64, loss: f64 },
+    /// A checkpoint was written (atomically).
+    Checkpoint { step: u64, path: String },
+    /// The device was asked to return cached memory.
+    MemoryCleanup { step: u64 },
+    /// Anomaly scores of the test split.
+    Evaluation(EvaluationReport),
+    /// Training stopped: finished, or asked to stop.
+    Finished {
+        step: u64,
+        total_steps: u64,
+        stopped_early: bool,
+        elapsed_s: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub backend: String,
+    pub device: String,
+    pub micro_batch: usize,
+    pub accumulation: usize,
+    pub n_patches: usize,
+    pub stride: usize,
+    /// Patches per optimizer step: micro_batch x n_patches x accumulation.
+    pub effective_batch: usize,
+    pub total_steps: u64,
+    pub start_step: u64,
+    pub steps_per_epoch: u64,
+    pub lr: f64,
+    pub seed: u64,
+    pub train_clips: usize,
+    pub validation_clips: usize,
+    pub test_clips: usize,
+    pub parameters: usize,
+    pub memory_source: MemorySource,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub step: u64,
+    pub total_steps: u64,
+    pub epoch: u64,
+    /// Loss of the optimizer step: the mean over its micro-batches.
+    pub loss: f64,
+    pub reconstruction_loss: f64,
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    pub patches_per_s: f64,
+    pub step_ms: f64,
+    pub mem_allocated_bytes: u64,
+    pub mem_peak_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mem_reserved_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineScore {
+    pub machine_id: u32,
+    pub auc: f64,
+    pub normal_clips: usize,
+    pub anomalous_clips: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluationReport {
+    /// Mean of the per-machine-ID AUCs, as the DCASE challenge averages.
+    pub auc: f64,
+    pub per_machine: Vec<MachineScore>,
+    pub clips: usize,
+}
+
+/// Anything that takes events: a closure, a channel, a collector in tests.
+pub trait EventSink {
+    fn emit(&mut self, event: Event);
+}
+
+impl<F: FnMut(Event)> EventSink for F {
+    fn emit(&mut self, event: Event) {
+        self(event)
+    }
+}
+
+impl EventSink for std::sync::mpsc::Sender<Event> {
+    fn emit(&mut self, event: Event) {
+        // A front-end that hung up no longer wants progress; training goes on regardless.
+        let _ = self.send(event);
+    }
+}
+
+impl EventSink for Vec<Event> {
+    fn emit(&mut self, event: Event) {
+        self.push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_events_carry_the_stable_keys() {
+        let event = Event::Step(StepReport {
+            step: 3,
+            total_steps: 10,
+            epoch: 0,
+            loss: 0.5,
+            reconstruction_loss: 0.4,
+            lr: 1e-3,
+            grad_norm: 2.0,
+            patches_per_s: 40.0,
+            step_ms: 800.0,
+            mem_allocated_bytes: 1,
+            mem_peak_bytes: 2,
+            mem_reserved_bytes: None,
+        });
+        let json: serde_json::Value = serde_json::to_value(&event).unwrap();
+        for key in [
+            "event",
+            "step",
+            "loss",
+            "patches_per_s",
+            "mem_allocated_bytes",
+            "mem_peak_bytes",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key} in {json}");
+        }
+        assert_eq!(json["event"], "step");
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
+    }
+}

@@ -1,0 +1,109 @@
+//! Memory accounting a planner can rely on: bytes allocated now and the peak since a reset.
+//!
+//! On CPU backends tensors live in host memory and the [`alloc`] counter measures them. On
+//! cubecl backends (wgpu, CUDA) the device's memory pool reports bytes in use and reserved;
+//! the pool keeps no high-water mark, so the peak is the largest reading the meter has taken,
+//! and the trainer reads it after forward, backward and the optimizer step.
+
+pub mod alloc;
+
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+
+/// One reading of a device's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MemoryReading {
+    pub allocated_bytes: u64,
+    pub peak_bytes: u64,
+    /// Bytes the device pool holds, in use or cached; `None` on CPU backends.
+    pub reserved_bytes: Option<u64>,
+}
+
+/// Where the figures come from, so front-ends can label them honestly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// The counting global allocator (host memory, whole process).
+    HostAllocator,
+    /// The cubecl device pool, peak sampled at step phases.
+    DevicePool,
+    /// Nothing measures this backend in this build.
+    Unmeasured,
+}
+
+/// Reads a device's memory the way its backend allows.
+#[derive(Debug, Clone)]
+pub struct MemoryMeter {
+    device: Device,
+    source: MemorySource,
+    sampled_peak: u64,
+}
+
+impl MemoryMeter {
+    pub fn new(backend: BackendKind, device: &Device) -> Self {
+        let source = if backend.is_host() {
+            if alloc::is_installed() {
+                MemorySource::HostAllocator
+            } else {
+                MemorySource::Unmeasured
+            }
+        } else if device.memory_pool_usage().is_some() {
+            MemorySource::DevicePool
+        } else {
+            MemorySource::Unmeasured
+        };
+        Self {
+            device: device.clone(),
+            source,
+            sampled_peak: 0,
+        }
+    }
+
+    pub fn source(&self) -> MemorySource {
+        self.source
+    }
+
+    /// Starts a new peak window.
+    pub fn reset_peak(&mut self) {
+        match self.source {
+            MemorySource::HostAllocator => alloc::reset_peak(),
+            _ => self.sampled_peak = self.read().allocated_bytes,
+        }
+    }
+
+    /// Takes a reading; on device pools this also advances the sampled peak.
+    pub fn sample(&mut self) -> MemoryReading {
+        let mut reading = self.read();
+        if self.source == MemorySource::DevicePool {
+            self.sampled_peak = self.sampled_peak.max(reading.allocated_bytes);
+            reading.peak_bytes = self.sampled_peak;
+        }
+        reading
+    }
+
+    fn read(&self) -> MemoryReading {
+        match self.source {
+            MemorySource::HostAllocator => MemoryReading {
+                allocated_bytes: alloc::allocated() as u64,
+                peak_bytes: alloc::peak() as u64,
+                reserved_bytes: None,
+            },
+            MemorySource::DevicePool => {
+                let usage = self.device.memory_pool_usage().unwrap_or_default();
+                MemoryReading {
+                    allocated_bytes: usage.bytes_in_use,
+                    peak_bytes: usage.bytes_in_use,
+                    reserved_bytes: Some(usage.bytes_reserved),
+                }
+            }
+            MemorySource::Unmeasured => MemoryReading::default(),
+        }
+    }
+
+    /// Asks the device to return cached memory (cubecl pools; a no-op on CPU).
+    pub fn cleanup(&self) {
+        self.device.memory_cleanup();
+    }
+}

@@ -1,0 +1,285 @@
+//! The default model: the VQ patch autoencoder of `shared/MODEL.md` (seed 001's network).
+//!
+//! Encoder of four convolutions down to a 64 x 8 x 8 latent, a 512-code quantizer with a
+//! straight-through gradient, and a decoder of three transpose convolutions and one
+//! convolution back to 1 x 64 x 64. 392,193 parameters, as PyTorch counts them.
+
+use burn::module::{Module, Param};
+use burn::nn::PaddingConfig2d;
+use burn::nn::conv::{Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Distribution, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// The shape of the default model; the values are MODEL.md's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct VqAutoencoderConfig {
+    pub codes: usize,
+    pub latent_channels: usize,
+    /// Weight of the commitment term, MSE(latent, sg[quantized]).
+    pub beta: f32,
+}
+
+impl Default for VqAutoencoderConfig {
+    fn default() -> Self {
+        Self {
+            codes: 512,
+            latent_channels: 64,
+            beta: 0.25,
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct VqAutoencoder {
+    enc1: Conv2d,
+    enc2: Conv2d,
+    enc3: Conv2d,
+    latent: Conv2d,
+    codebook: Param<Tensor<2>>,
+    dec1: ConvTranspose2d,
+    dec2: ConvTranspose2d,
+    dec3: ConvTranspose2d,
+    out: Conv2d,
+    beta: f32,
+}
+
+/// What one forward pass gives: enough for the loss and for anomaly scores.
+#[derive(Debug, Clone)]
+pub struct VqOutput {
+    /// `[n, 1, 64, 64]`.
+    pub reconstruction: Tensor<4>,
+    /// Encoder output, `[n, 64, 8, 8]`.
+    pub latent: Tensor<4>,
+    /// Nearest codebook vectors, `[n, 64, 8, 8]`, still attached to the codebook.
+    pub quantized: Tensor<4>,
+    /// Index of the chosen code per latent position, `[n * 8 * 8]`.
+    pub codes: Tensor<1, Int>,
+}
+
+/// The three loss terms of MODEL.md, each a mean over its elements.
+#[derive(Debug, Clone)]
+pub struct VqLoss {
+    pub total: Tensor<1>,
+    pub reconstruction: Tensor<1>,
+    pub codebook: Tensor<1>,
+    pub commitment: Tensor<1>,
+}
+
+impl VqAutoencoderConfig {
+    pub fn init(&self, device: &Device) -> VqAutoencoder {
+        let conv = |i, o, stride| {
+            Conv2dConfig::new([i, o], [3, 3])
+                .with_stride([stride, stride])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(device)
+        };
+        let up = |i, o| {
+            ConvTranspose2dConfig::new([i, o], [4, 4])
+                .with_stride([2, 2])
+                .with_padding([1, 1])
+                .init(device)
+        };
+        let bound = 1.0 / self.codes as f64;
+        let codebook = Tensor::random(
+            [self.codes, self.latent_channels],
+            Distribution::Uniform(-bound, bound),
+            device,
+        );
+        VqAutoencoder {
+            enc1: conv(1, 32, 2),
+            enc2: conv(32, 64, 2),
+            enc3: conv(64, 96, 2),
+            latent: conv(96, self.latent_channels, 1),
+            codebook: Param::from_tensor(codebook),
+            dec1: up(self.latent_channels, 96),
+            dec2: up(96, 64),
+            dec3: up(64, 32),
+            out: conv(32, 1, 1),
+            beta: self.beta,
+        }
+    }
+}
+
+impl VqAutoencoder {
+    pub fn encode(&self, patches: Tensor<4>) -> Tensor<4> {
+        let x = relu(self.enc1.forward(patches));
+        let x = relu(self.enc2.forward(x));
+        let x = relu(self.enc3.forward(x));
+        self.latent.forward(x)
+    }
+
+    /// Nearest code per latent position by squared L2 distance.
+    ///
+    /// The distances are computed on detached values: only the choice of code matters, and
+    /// keeping the `[positions x codes]` matrix out of the autodiff graph saves its memory.
+    pub fn quantize(&self, latent: &Tensor<4>) -> (Tensor<4>, Tensor<1, Int>) {
+        let [n, d, h, w] = latent.dims();
+        let flat = latent
+            .clone()
+            .detach()
+            .permute([0, 2, 3, 1])
+            .reshape([n * h * w, d]);
+        let codebook = self.codebook.val();
+        let frozen = codebook.clone().detach();
+        let distances = flat.clone().square().sum_dim(1)
+            - flat.matmul(frozen.clone().transpose()).mul_scalar(2.0)
+            + frozen.square().sum_dim(1).reshape([1, -1]);
+        let codes = distances.argmin(1).reshape([n * h * w]);
+        let quantized = codebook
+            .select(0, codes.clone())
+            .reshape([n, h, w, d])
+            .permute([0, 3, 1, 2]);
+        (quantized, codes)
+    }
+
+    pub fn decode(&self, quantized: Tensor<4>) -> Tensor<4> {
+        let x = relu(self.dec1.forward(quantized));
+        let x = relu(self.dec2.forward(x));
+        let x = relu(self.dec3.forward(x));
+        self.out.forward(x)
+    }
+
+    pub fn forward(&self, patches: Tensor<4>) -> VqOutput {
+        let latent = self.encode(patches);
+        let (quantized, codes) = self.quantize(&latent);
+        // Straight-through: the decoder sees the codes, the encoder gets the decoder's gradient.
+        let straight_through = latent.clone() + (quantized.clone() - latent.clone()).detach();
+        VqOutput {
+            reconstruction: self.decode(straight_through),
+            latent,
+            quantized,
+            codes,
+        }
+    }
+
+    /// MSE(reconstruction, input) + MSE(quantized, sg[latent]) + beta * MSE(latent, sg[quantized]).
+    pub fn loss(&self, patches: Tensor<4>, output: &VqOutput) -> VqLoss {
+        let mse = |a: Tensor<4>, b: Tensor<4>| (a - b).square().mean();
+        let reconstruction = mse(output.reconstruction.clone(), patches);
+        let codebook = mse(output.quantized.clone(), output.latent.clone().detach());
+        let commitment = mse(output.latent.clone(), output.quantized.clone().detach());
+        let total =
+            reconstruction.clone() + codebook.clone() + commitment.clone().mul_scalar(self.beta);
+        VqLoss {
+            total,
+            reconstruction,
+            codebook,
+            commitment,
+        }
+    }
+
+    /// Reconstruction MSE of each patch, `[n]`: the anomaly score before averaging per clip.
+    pub fn patch_errors(&self, patches: Tensor<4>) -> Tensor<1> {
+        let n = patches.dims()[0];
+        let output = self.forward(patches.clone());
+        (output.reconstruction - patches)
+            .square()
+            .reshape([n, 64 * 64])
+            .mean_dim(1)
+            .reshape([n])
+    }
+}
+
+/// Every parameter value in visiting order: for comparing models in tests and tools.
+pub fn flat_parameters(model: &VqAutoencoder) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl burn::module::ModuleVisitor for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let values = param.val().into_data().convert::<f32>();
+            self.0.extend(values.as_slice::<f32>().unwrap_or(&[]));
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+
+    #[test]
+    fn parameter_count_matches_pytorch() {
+        let device = BackendKind::Flex.device().unwrap();
+        let model = VqAutoencoderConfig::default().init(&device);
+        assert_eq!(model.num_params(), 392_193);
+        assert_eq!(flat_parameters(&model).len(), 392_193);
+    }
+
+    #[test]
+    fn every_stage_has_the_documented_shape() {
+        let device = BackendKind::Flex.device().unwrap();
+        let model = VqAutoencoderConfig::default().init(&device);
+        let x = Tensor::<4>::random([3, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+        let e1 = relu(model.enc1.forward(x.clone()));
+        assert_eq!(e1.dims(), [3, 32, 32, 32]);
+        let e2 = relu(model.enc2.forward(e1));
+        assert_eq!(e2.dims(), [3, 64, 16, 16]);
+        let e3 = relu(model.enc3.forward(e2));
+        assert_eq!(e3.dims(), [3, 96, 8, 8]);
+        let z = model.latent.forward(e3);
+        assert_eq!(z.dims(), [3, 64, 8, 8]);
+        let (q, codes) = model.quantize(&z);
+        assert_eq!(q.dims(), [3, 64, 8, 8]);
+        assert_eq!(codes.dims(), [3 * 64]);
+        let d1 = relu(model.dec1.forward(q));
+        assert_eq!(d1.dims(), [3, 96, 16, 16]);
+        let d2 = relu(model.dec2.forward(d1));
+        assert_eq!(d2.dims(), [3, 64, 32, 32]);
+        let d3 = relu(model.dec3.forward(d2));
+        assert_eq!(d3.dims(), [3, 32, 64, 64]);
+        assert_eq!(model.out.forward(d3).dims(), [3, 1, 64, 64]);
+        assert_eq!(model.patch_errors(x).dims(), [3]);
+    }
+
+    #[test]
+    fn quantizer_picks_the_nearest_code() {
+        let device = BackendKind::Flex.device().unwrap();
+        let model = VqAutoencoderConfig::default().init(&device);
+        let latent = Tensor::<4>::random([2, 64, 8, 8], Distribution::Normal(0.0, 0.01), &device);
+        let (quantized, codes) = model.quantize(&latent);
+        let codebook: Vec<f32> = model
+            .codebook
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let z: Vec<f32> = latent
+            .permute([0, 2, 3, 1])
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let codes: Vec<i64> = codes
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
+        let q: Vec<f32> = quantized
+            .permute([0, 2, 3, 1])
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        for (pos, &code) in codes.iter().enumerate() {
+            let zpos = &z[pos * 64..(pos + 1) * 64];
+            let dist = |c: usize| -> f32 {
+                zpos.iter()
+                    .zip(&codebook[c * 64..(c + 1) * 64])
+                    .map(|(a, b)| (a - b).powi(2))
+                    .sum()
+            };
+            let best = (0..512)
+                .min_by(|&a, &b| dist(a).total_cmp(&dist(b)))
+                .unwrap();
+            assert!(
+                dist(code as usize) <= dist(best) * (1.0 + 1e-4) + 1e-9,
+                "position {pos}"
+            );
+            assert_eq!(
+                &q[pos * 64..(pos + 1) * 64],
+                &codebook[code as usize * 64..(code as usize + 1) * 64]
+            );
+        }
+    }
+}

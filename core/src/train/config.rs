@@ -1,0 +1,180 @@
+//! What a training run is asked to do. Saved inside every checkpoint, so a resumed run
+//! continues the same run.
+
+use headroom_datasets::{PatchPlacement, PatchSpec, SyntheticConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::model::VqAutoencoderConfig;
+
+/// Where the clips come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DatasetSource {
+    /// The built-in synthetic machine sounds, regenerated from their seed.
+    Synthetic(SyntheticConfig),
+}
+
+impl Default for DatasetSource {
+    fn default() -> Self {
+        DatasetSource::Synthetic(SyntheticConfig::default())
+    }
+}
+
+/// How long to train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunLength {
+    Steps(u64),
+    Epochs(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub backend: BackendKind,
+    /// Spectrograms per micro-batch (seed 001's `--batch_size`).
+    pub micro_batch: usize,
+    pub n_patches: usize,
+    pub stride: usize,
+    pub placement: PatchPlacement,
+    /// Micro-batches per optimizer step.
+    pub accumulation: usize,
+    pub length: RunLength,
+    pub lr: f64,
+    pub min_lr: f64,
+    /// Global gradient-norm clipping; `None` turns it off.
+    pub clip_norm: Option<f64>,
+    pub seed: u64,
+    /// Write a checkpoint every N steps (and always at the end); 0: only at the end.
+    pub checkpoint_every: u64,
+    /// Validate every N steps (and at the end); 0: only at the end.
+    pub validate_every: u64,
+    /// Ask the device to return cached memory every N steps; 0: never.
+    pub empty_cache_every: u64,
+    /// One train clip in this many is held out for validation.
+    pub validation_every_nth_clip: usize,
+    /// Stride between the patches a test clip is scored on.
+    pub eval_stride: usize,
+    pub model: VqAutoencoderConfig,
+    pub dataset: DatasetSource,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Flex,
+            micro_batch: 8,
+            n_patches: 4,
+            stride: 32,
+            placement: PatchPlacement::Random,
+            accumulation: 1,
+            length: RunLength::Epochs(8),
+            lr: 1e-3,
+            min_lr: 0.0,
+            clip_norm: Some(1.0),
+            seed: 42,
+            checkpoint_every: 0,
+            validate_every: 0,
+            empty_cache_every: 10,
+            validation_every_nth_clip: 10,
+            eval_stride: 32,
+            model: VqAutoencoderConfig::default(),
+            dataset: DatasetSource::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{name} must be at least 1 (got 0)")]
+    Zero { name: &'static str },
+    #[error("--lr must be a positive finite number (got {0})")]
+    LearningRate(f64),
+    #[error("--clip-norm must be a positive finite number (got {0})")]
+    ClipNorm(f64),
+}
+
+impl TrainConfig {
+    pub fn patch_spec(&self) -> PatchSpec {
+        PatchSpec {
+            n_patches: self.n_patches,
+            stride: self.stride,
+            placement: self.placement,
+        }
+    }
+
+    /// Patches per optimizer step.
+    pub fn effective_batch(&self) -> usize {
+        self.micro_batch * self.n_patches * self.accumulation
+    }
+
+    /// Spectrograms per optimizer step.
+    pub fn clips_per_step(&self) -> usize {
+        self.micro_batch * self.accumulation
+    }
+
+    pub fn steps_per_epoch(&self, train_clips: usize) -> u64 {
+        train_clips.div_ceil(self.clips_per_step().max(1)).max(1) as u64
+    }
+
+    pub fn total_steps(&self, train_clips: usize) -> u64 {
+        match self.length {
+            RunLength::Steps(steps) => steps,
+            RunLength::Epochs(epochs) => {
+                (epochs * train_clips as u64).div_ceil(self.clips_per_step().max(1) as u64)
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("--batch-size", self.micro_batch),
+            ("--n-patches", self.n_patches),
+            ("--stride", self.stride),
+            ("--gradient-accumulation-steps", self.accumulation),
+            ("--eval-stride", self.eval_stride),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero { name });
+            }
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(ConfigError::LearningRate(self.lr));
+        }
+        if let Some(c) = self.clip_norm
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(ConfigError::ClipNorm(c));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_batch_and_run_length() {
+        let config = TrainConfig {
+            micro_batch: 16,
+            n_patches: 1,
+            accumulation: 8,
+            length: RunLength::Epochs(2),
+            ..TrainConfig::default()
+        };
+        assert_eq!(config.effective_batch(), 128);
+        assert_eq!(config.steps_per_epoch(300), 3);
+        assert_eq!(config.total_steps(300), 5);
+        let zero = TrainConfig {
+            accumulation: 0,
+            ..config
+        };
+        assert!(
+            zero.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--gradient-accumulation-steps")
+        );
+    }
+}

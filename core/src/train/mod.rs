@@ -1,0 +1,396 @@
+//! The training loop: micro-batches x accumulation, clipping, AdamW with cosine decay,
+//! validation without autodiff, checkpoints, periodic memory cleanup. It reports through
+//! [`EventSink`] and prints nothing.
+
+mod config;
+pub mod schedule;
+pub mod step;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+use headroom_datasets::{Clip, PatchError, SyntheticDataset};
+
+pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
+
+use crate::backend::{BackendError, BackendKind};
+use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
+use crate::data::{Normalization, TrainStream, clip_patches};
+use crate::eval;
+use crate::events::{EvaluationReport, Event, EventSink, RunInfo, StepReport};
+use crate::memory::MemoryMeter;
+use crate::model::VqAutoencoder;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the dataset does not fit the patch settings: {0}")]
+    Patch(#[from] PatchError),
+    #[error("the train split is empty after holding out validation clips; use a larger dataset")]
+    EmptyTrainSplit,
+    #[error(
+        "the loss became {loss} at step {step}; lower --lr or check the data for NaN/inf values"
+    )]
+    NonFinite { step: u64, loss: f64 },
+}
+
+/// Run-time options that are not part of the run's identity.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where checkpoints go; `None` writes none.
+    pub out_dir: Option<PathBuf>,
+    /// Stop (with a checkpoint) once this many steps are done in total.
+    pub stop_after: Option<u64>,
+    /// Set from another thread to stop at the next step boundary, with a checkpoint.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// Clips of a run, split into train, validation and test.
+#[derive(Debug, Clone)]
+pub struct Splits {
+    pub train: Vec<Clip>,
+    pub validation: Vec<Clip>,
+    pub test: Vec<Clip>,
+}
+
+impl Splits {
+    pub fn load(config: &TrainConfig) -> Self {
+        let DatasetSource::Synthetic(synthetic) = &config.dataset;
+        let dataset = SyntheticDataset::generate(synthetic);
+        let every = config.validation_every_nth_clip;
+        let (mut train, mut validation) = (Vec::new(), Vec::new());
+        for (i, clip) in dataset.train.into_iter().enumerate() {
+            if every > 0 && i % every == every - 1 {
+                validation.push(clip);
+            } else {
+                train.push(clip);
+            }
+        }
+        Self {
+            train,
+            validation,
+            test: dataset.test,
+        }
+    }
+}
+
+pub struct Trainer {
+    config: TrainConfig,
+    options: RunOptions,
+    device: Device,
+    model: VqAutoencoder,
+    optimizer: ModuleOptimizer,
+    step: u64,
+    total_steps: u64,
+    normalization: Normalization,
+    stream: TrainStream,
+    splits: Splits,
+    meter: MemoryMeter,
+}
+
+impl Trainer {
+    /// A fresh run.
+    pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
+        config.validate()?;
+        let device = config.backend.device()?.autodiff();
+        device.seed(config.seed);
+        let model = config.model.init(&device);
+        let splits = Splits::load(&config);
+        let normalization = Normalization::fit(&splits.train);
+        Self::assemble(
+            config,
+            options,
+            device,
+            model,
+            checkpoint::new_optimizer(),
+            0,
+            normalization,
+            splits,
+        )
+    }
+
+    /// Continues the run saved at `path`. `length` replaces the saved run length (to train
+    /// further); `backend` moves the run to another backend.
+    pub fn resume(
+        path: &std::path::Path,
+        length: Option<RunLength>,
+        backend: Option<BackendKind>,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
+        let mut config = checkpoint::read_state(path)?.config;
+        if let Some(backend) = backend {
+            config.backend = backend;
+        }
+        let device = config.backend.device()?.autodiff();
+        let loaded = checkpoint::load(path, &device)?;
+        if let Some(length) = length {
+            config.length = length;
+        }
+        let splits = Splits::load(&config);
+        Self::assemble(
+            config,
+            options,
+            device,
+            loaded.model,
+            loaded.optimizer,
+            loaded.state.step,
+            loaded.state.normalization,
+            splits,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        config: TrainConfig,
+        options: RunOptions,
+        device: Device,
+        model: VqAutoencoder,
+        optimizer: ModuleOptimizer,
+        step: u64,
+        normalization: Normalization,
+        splits: Splits,
+    ) -> Result<Self, TrainError> {
+        if splits.train.is_empty() {
+            return Err(TrainError::EmptyTrainSplit);
+        }
+        for clip in splits.validation.iter().chain(&splits.test) {
+            config
+                .patch_spec()
+                .check(clip.spectrogram.n_mels, clip.spectrogram.frames)?;
+        }
+        let stream = TrainStream::new(
+            splits.train.clone(),
+            config.patch_spec(),
+            config.seed,
+            normalization,
+        )?;
+        let total_steps = config.total_steps(stream.len());
+        let meter = MemoryMeter::new(config.backend, &device);
+        Ok(Self {
+            config,
+            options,
+            device,
+            model,
+            optimizer,
+            step,
+            total_steps,
+            normalization,
+            stream,
+            splits,
+            meter,
+        })
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    pub fn model(&self) -> &VqAutoencoder {
+        &self.model
+    }
+
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps
+    }
+
+    pub fn run_info(&self) -> RunInfo {
+        let c = &self.config;
+        RunInfo {
+            backend: c.backend.name().to_string(),
+            device: format!("{:?}", self.device.clone().without_autodiff()),
+            micro_batch: c.micro_batch,
+            accumulation: c.accumulation,
+            n_patches: c.n_patches,
+            stride: c.stride,
+            effective_batch: c.effective_batch(),
+            total_steps: self.total_steps,
+            start_step: self.step,
+            steps_per_epoch: c.steps_per_epoch(self.stream.len()),
+            lr: c.lr,
+            seed: c.seed,
+            train_clips: self.splits.train.len(),
+            validation_clips: self.splits.validation.len(),
+            test_clips: self.splits.test.len(),
+            parameters: self.model.num_params(),
+            memory_source: self.meter.source(),
+        }
+    }
+
+    /// Trains until the run length is reached or a stop is asked for. Always ends with a
+    /// validation pass and, when there is an output directory, a checkpoint.
+    pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        let started = Instant::now();
+        sink.emit(Event::Config(self.run_info()));
+        let clips_per_step = self.config.clips_per_step() as u64;
+        let mut stopped_early = false;
+        while self.step < self.total_steps {
+            if self.should_stop() {
+                stopped_early = true;
+                break;
+            }
+            let report = self.train_step()?;
+            let step = self.step;
+            sink.emit(Event::Step(report));
+
+            if self.config.empty_cache_every > 0 && step % self.config.empty_cache_every == 0 {
+                self.meter.cleanup();
+                sink.emit(Event::MemoryCleanup { step });
+            }
+            let completed = self.stream.epoch_of(step * clips_per_step);
+            if completed > self.stream.epoch_of((step - 1) * clips_per_step) {
+                sink.emit(Event::Epoch {
+                    epoch: completed,
+                    step,
+                });
+            }
+            let last = step == self.total_steps;
+            if self.config.validate_every > 0 && step % self.config.validate_every == 0 && !last {
+                sink.emit(Event::Validation {
+                    step,
+                    loss: self.validation_loss(),
+                });
+            }
+            if self.config.checkpoint_every > 0 && step % self.config.checkpoint_every == 0 && !last
+            {
+                self.checkpoint(sink)?;
+            }
+        }
+        if !self.splits.validation.is_empty() {
+            sink.emit(Event::Validation {
+                step: self.step,
+                loss: self.validation_loss(),
+            });
+        }
+        self.checkpoint(sink)?;
+        sink.emit(Event::Finished {
+            step: self.step,
+            total_steps: self.total_steps,
+            stopped_early,
+            elapsed_s: started.elapsed().as_secs_f64(),
+        });
+        Ok(())
+    }
+
+    fn should_stop(&self) -> bool {
+        self.options.stop_after.is_some_and(|n| self.step >= n)
+            || self
+                .options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+    }
+
+    fn train_step(&mut self) -> Result<StepReport, TrainError> {
+        let started = Instant::now();
+        let c = &self.config;
+        let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
+        let first = self.step * c.clips_per_step() as u64;
+        let micro_batches = (0..c.accumulation).map(|i| {
+            self.stream
+                .batch(first + (i * c.micro_batch) as u64, c.micro_batch)
+                .to_tensor(&self.device)
+        });
+        self.meter.reset_peak();
+        let model = self.model.clone();
+        let (model, outcome) = step::optimizer_step(
+            model,
+            &mut self.optimizer,
+            micro_batches,
+            c.accumulation,
+            lr,
+            c.clip_norm,
+            &mut self.meter,
+        );
+        if !outcome.loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                step: self.step + 1,
+                loss: outcome.loss,
+            });
+        }
+        self.model = model;
+        self.step += 1;
+        let memory = self.meter.sample();
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(StepReport {
+            step: self.step,
+            total_steps: self.total_steps,
+            epoch: self.stream.epoch_of(first),
+            loss: outcome.loss,
+            reconstruction_loss: outcome.reconstruction_loss,
+            lr,
+            grad_norm: outcome.grad_norm,
+            patches_per_s: c.effective_batch() as f64 / seconds,
+            step_ms: seconds * 1e3,
+            mem_allocated_bytes: memory.allocated_bytes,
+            mem_peak_bytes: memory.peak_bytes,
+            mem_reserved_bytes: memory.reserved_bytes,
+        })
+    }
+
+    /// Mean loss over the held-out clips, evaluated without autodiff.
+    pub fn validation_loss(&self) -> f64 {
+        let model = self.model.valid();
+        let device = self.device.clone().without_autodiff();
+        let (mut sum, mut n) = (0.0, 0usize);
+        for clip in &self.splits.validation {
+            let batch = clip_patches(clip, self.config.stride, &self.normalization)
+                .expect("validation clips were checked against the patch settings");
+            let patches = batch.patches;
+            let x = batch.to_tensor(&device);
+            let output = model.forward(x.clone());
+            let loss = model.loss(x, &output).total.into_scalar::<f32>() as f64;
+            sum += loss * patches as f64;
+            n += patches;
+        }
+        sum / n.max(1) as f64
+    }
+
+    /// Scores the test split (per-clip mean patch error) and its AUC per machine ID.
+    pub fn evaluate(&self) -> EvaluationReport {
+        let device = self.device.clone().without_autodiff();
+        eval::evaluate(
+            &self.model.valid(),
+            &device,
+            &self.splits.test,
+            self.config.eval_stride,
+            &self.normalization,
+        )
+    }
+
+    fn checkpoint(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        let Some(out) = &self.options.out_dir else {
+            return Ok(());
+        };
+        let state = CheckpointState {
+            format_version: 1,
+            step: self.step,
+            total_steps: self.total_steps,
+            config: self.config.clone(),
+            normalization: self.normalization,
+            rng: RngState {
+                seed: self.config.seed,
+                stream_position: self.step * self.config.clips_per_step() as u64,
+            },
+        };
+        let path = checkpoint::save(out, &state, &self.model, &self.optimizer)?;
+        sink.emit(Event::Checkpoint {
+            step: self.step,
+            path: path.display().to_string(),
+        });
+        Ok(())
+    }
+}

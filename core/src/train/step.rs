@@ -1,0 +1,236 @@
+//! One optimizer step: micro-batches with accumulated gradients, global-norm clipping,
+//! then AdamW. Shared by training and the benchmark so both measure the same work.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::Tensor;
+
+use crate::memory::MemoryMeter;
+use crate::model::VqAutoencoder;
+
+/// What a step measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutcome {
+    /// Mean total loss over the micro-batches.
+    pub loss: f64,
+    pub reconstruction_loss: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+}
+
+/// Gradients of one micro-batch, its loss divided by `accumulation` (seed 003) so that
+/// summing the micro-batch gradients gives the gradient of the mean over all of them.
+pub fn micro_batch_gradients(
+    model: &VqAutoencoder,
+    patches: Tensor<4>,
+    accumulation: usize,
+) -> (GradientsParams, f64, f64) {
+    let output = model.forward(patches.clone());
+    let loss = model.loss(patches, &output);
+    let scaled = loss.total.div_scalar(accumulation as f32);
+    let grads = scaled.backward();
+    let total = scaled.into_scalar::<f32>() as f64;
+    let reconstruction = loss.reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
+    (
+        GradientsParams::from_grads(grads, model),
+        total,
+        reconstruction,
+    )
+}
+
+/// Runs the micro-batches of one step and returns their summed gradients.
+pub fn accumulate_gradients(
+    model: &VqAutoencoder,
+    micro_batches: impl IntoIterator<Item = Tensor<4>>,
+    accumulation: usize,
+    meter: &mut MemoryMeter,
+) -> (GradientsParams, f64, f64) {
+    let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
+    let (mut loss, mut reconstruction) = (0.0, 0.0);
+    for patches in micro_batches {
+        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation);
+        meter.sample();
+        accumulator.accumulate(model, grads);
+        loss += l;
+        reconstruction += r;
+    }
+    (accumulator.grads(), loss, reconstruction)
+}
+
+/// One whole optimizer step.
+#[allow(clippy::too_many_arguments)]
+pub fn optimizer_step(
+    model: VqAutoencoder,
+    optimizer: &mut ModuleOptimizer,
+    micro_batches: impl IntoIterator<Item = Tensor<4>>,
+    accumulation: usize,
+    lr: f64,
+    clip_norm: Option<f64>,
+    meter: &mut MemoryMeter,
+) -> (VqAutoencoder, StepOutcome) {
+    let (mut grads, loss, reconstruction_loss) =
+        accumulate_gradients(&model, micro_batches, accumulation, meter);
+    let grad_norm = match clip_norm {
+        Some(max) => clip_global_norm(&model, &mut grads, max),
+        None => global_norm(&model, &grads),
+    };
+    let model = optimizer.step(lr, model, grads);
+    meter.sample();
+    (
+        model,
+        StepOutcome {
+            loss,
+            reconstruction_loss,
+            grad_norm,
+        },
+    )
+}
+
+/// L2 norm of all gradients together, as `torch.nn.utils.clip_grad_norm_` measures it.
+pub fn global_norm(model: &VqAutoencoder, grads: &GradientsParams) -> f64 {
+    struct SumSquares<'a> {
+        grads: &'a GradientsParams,
+        total: Option<Tensor<1>>,
+    }
+    impl ModuleVisitor for SumSquares<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.get::<D>(param.id) {
+                let part = grad.square().sum();
+                self.total = Some(match self.total.take() {
+                    Some(total) => total + part,
+                    None => part,
+                });
+            }
+        }
+    }
+    let mut visitor = SumSquares { grads, total: None };
+    model.visit(&mut visitor);
+    visitor
+        .total
+        .map_or(0.0, |t| (t.into_scalar::<f32>() as f64).sqrt())
+}
+
+/// Scales all gradients together so that their global norm is at most `max_norm`, as
+/// `clip_grad_norm_` does. burn's own clipping works per parameter tensor, which changes
+/// the direction of the update; the model card asks for the global norm. Returns the norm
+/// before clipping.
+pub fn clip_global_norm(model: &VqAutoencoder, grads: &mut GradientsParams, max_norm: f64) -> f64 {
+    let norm = global_norm(model, grads);
+    let scale = max_norm / (norm + 1e-6);
+    if scale < 1.0 {
+        struct Scale<'a> {
+            grads: &'a mut GradientsParams,
+            scale: f32,
+        }
+        impl ModuleVisitor for Scale<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if let Some(grad) = self.grads.remove::<D>(param.id) {
+                    self.grads
+                        .register::<D>(param.id, grad.mul_scalar(self.scale));
+                }
+            }
+        }
+        model.visit(&mut Scale {
+            grads,
+            scale: scale as f32,
+        });
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use crate::model::VqAutoencoderConfig;
+    use burn::tensor::Distribution;
+
+    fn flatten(model: &VqAutoencoder, grads: &GradientsParams) -> Vec<f32> {
+        struct Collect<'a> {
+            grads: &'a GradientsParams,
+            out: Vec<f32>,
+        }
+        impl ModuleVisitor for Collect<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let g = self
+                    .grads
+                    .get::<D>(param.id)
+                    .expect("every parameter has a gradient");
+                self.out.extend(g.into_data().try_to_vec::<f32>().unwrap());
+            }
+        }
+        let mut c = Collect {
+            grads,
+            out: Vec::new(),
+        };
+        model.visit(&mut c);
+        c.out
+    }
+
+    fn setup() -> (VqAutoencoder, Tensor<4>, MemoryMeter) {
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        device.seed(11);
+        let model = VqAutoencoderConfig::default().init(&device);
+        let x = Tensor::<4>::random([8, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+        let meter = MemoryMeter::new(BackendKind::Flex, &device);
+        (model, x, meter)
+    }
+
+    /// One batch of 8 and four accumulated micro-batches of 2 give the same gradient.
+    #[test]
+    fn accumulation_matches_the_whole_batch() {
+        let (model, x, mut meter) = setup();
+        let (whole, loss_whole, _) = accumulate_gradients(&model, [x.clone()], 1, &mut meter);
+        let parts: Vec<_> = (0..4)
+            .map(|i| x.clone().slice([i * 2..i * 2 + 2]))
+            .collect();
+        let (accumulated, loss_parts, _) = accumulate_gradients(&model, parts, 4, &mut meter);
+        let (a, b) = (flatten(&model, &whole), flatten(&model, &accumulated));
+        assert_eq!(a.len(), 392_193);
+        let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst <= 1e-4 * scale.max(1e-3),
+            "largest gradient difference {worst} (scale {scale})"
+        );
+        assert!((loss_whole - loss_parts).abs() < 1e-4 * loss_whole.abs().max(1.0));
+    }
+
+    #[test]
+    fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
+        let (model, x, mut meter) = setup();
+        let (grads, _, _) = accumulate_gradients(&model, [x.mul_scalar(50.0)], 1, &mut meter);
+        let before = flatten(&model, &grads);
+        let norm = global_norm(&model, &grads);
+        let direct = before
+            .iter()
+            .map(|v| (*v as f64).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!((norm - direct).abs() <= 1e-3 * direct, "{norm} vs {direct}");
+        let max_norm = norm / 4.0;
+        let mut clipped = grads;
+        let reported = clip_global_norm(&model, &mut clipped, max_norm);
+        assert!((reported - norm).abs() < 1e-9);
+        let after = flatten(&model, &clipped);
+        let after_norm = global_norm(&model, &clipped);
+        assert!(
+            (after_norm - max_norm).abs() <= 1e-3 * max_norm,
+            "{after_norm} vs {max_norm}"
+        );
+        for (a, b) in before.iter().zip(&after).step_by(997) {
+            assert!(
+                (a * 0.25 - b).abs() <= 1e-3 * a.abs().max(1e-6),
+                "{a} -> {b}"
+            );
+        }
+        // Below the threshold nothing changes.
+        let mut again = clipped;
+        clip_global_norm(&model, &mut again, max_norm * 10.0);
+        assert_eq!(flatten(&model, &again), after);
+    }
+}

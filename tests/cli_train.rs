@@ -1,0 +1,234 @@
+//! `trainer-cli train` end to end on the built-in synthetic dataset, on flex.
+
+mod common;
+
+use common::{events, run_json, safetensors_floats, trainer_cli};
+
+/// A short run learns: the loss falls and the anomaly AUC on the test split is well above
+/// chance. The README's default job reaches a higher AUC with more steps.
+#[test]
+fn a_short_run_learns_to_tell_anomalies_apart() {
+    let out = tempfile::tempdir().unwrap();
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--backend",
+        "flex",
+        "--steps",
+        "40",
+        "--batch-size",
+        "8",
+        "--n-patches",
+        "4",
+        "--machine-ids",
+        "2",
+        "--train-clips-per-id",
+        "20",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let config = events(&all, "config");
+    assert_eq!(config.len(), 1);
+    for key in [
+        "backend",
+        "micro_batch",
+        "accumulation",
+        "n_patches",
+        "stride",
+        "effective_batch",
+    ] {
+        assert!(
+            config[0].get(key).is_some(),
+            "config event lacks {key}: {}",
+            config[0]
+        );
+    }
+    assert_eq!(config[0]["backend"], "flex");
+    assert_eq!(config[0]["effective_batch"], 32);
+
+    let steps = events(&all, "step");
+    assert_eq!(steps.len(), 40);
+    for s in &steps {
+        for key in [
+            "step",
+            "loss",
+            "patches_per_s",
+            "mem_allocated_bytes",
+            "mem_peak_bytes",
+        ] {
+            assert!(s.get(key).is_some(), "step event lacks {key}: {s}");
+        }
+        let (allocated, peak) = (
+            s["mem_allocated_bytes"].as_u64().unwrap(),
+            s["mem_peak_bytes"].as_u64().unwrap(),
+        );
+        assert!(
+            allocated > 0 && peak >= allocated,
+            "allocated {allocated}, peak {peak}"
+        );
+    }
+    let loss = |range: std::ops::Range<usize>| {
+        steps[range.clone()]
+            .iter()
+            .map(|s| s["loss"].as_f64().unwrap())
+            .sum::<f64>()
+            / range.len() as f64
+    };
+    let (early, late) = (loss(0..5), loss(35..40));
+    assert!(
+        late < 0.7 * early,
+        "loss should fall: first steps {early:.4}, last steps {late:.4}"
+    );
+
+    let evaluation = events(&all, "evaluation");
+    assert_eq!(evaluation.len(), 1);
+    let auc = evaluation[0]["auc"].as_f64().unwrap();
+    assert!(auc >= 0.7, "AUC {auc} after a short run");
+    assert!(out.path().join("checkpoint.json").is_file());
+}
+
+fn with<'a>(common: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    [common, extra].concat()
+}
+
+/// Two runs of the same seed: one uninterrupted, one stopped half-way and resumed, end with
+/// the same parameters.
+#[test]
+fn a_resumed_run_ends_where_the_uninterrupted_one_does() {
+    let whole = tempfile::tempdir().unwrap();
+    let halves = tempfile::tempdir().unwrap();
+    let common = [
+        "train",
+        "--json",
+        "--no-eval",
+        "--steps",
+        "6",
+        "--batch-size",
+        "2",
+        "--n-patches",
+        "2",
+        "--gradient-accumulation-steps",
+        "2",
+        "--machine-ids",
+        "2",
+        "--train-clips-per-id",
+        "5",
+        "--seed",
+        "9",
+    ];
+
+    run_json(&with(&common, &["--out", whole.path().to_str().unwrap()]));
+    let first = run_json(&with(
+        &common,
+        &[
+            "--out",
+            halves.path().to_str().unwrap(),
+            "--stop-after",
+            "3",
+        ],
+    ));
+    let finished = events(&first, "finished");
+    assert_eq!(finished[0]["step"], 3);
+    assert_eq!(finished[0]["stopped_early"], true);
+    let second = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--resume",
+        halves.path().to_str().unwrap(),
+    ]);
+    let resumed_steps: Vec<u64> = events(&second, "step")
+        .iter()
+        .map(|s| s["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(resumed_steps, vec![4, 5, 6]);
+
+    let a = safetensors_floats(
+        &whole
+            .path()
+            .join("checkpoints/step-00000006/model.safetensors"),
+    );
+    let b = safetensors_floats(
+        &halves
+            .path()
+            .join("checkpoints/step-00000006/model.safetensors"),
+    );
+    assert_eq!(a.len(), b.len());
+    assert!(a.len() >= 392_193);
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-5, "largest parameter difference {worst}");
+    // The run did train: parameters moved away from the step-3 checkpoint.
+    let before = safetensors_floats(
+        &whole
+            .path()
+            .join("checkpoints/step-00000003/model.safetensors"),
+    );
+    assert!(before.iter().zip(&a).any(|(x, y)| (x - y).abs() > 1e-4));
+}
+
+#[test]
+fn bad_flags_and_missing_checkpoints_get_clear_errors() {
+    let out = trainer_cli()
+        .args(["train", "--batch-size", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--batch-size must be at least 1"),
+        "{stderr}"
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let out = trainer_cli()
+        .args(["train", "--resume", empty.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no checkpoint in") && stderr.contains(empty.path().to_str().unwrap()),
+        "{stderr}"
+    );
+
+    let out = trainer_cli()
+        .args(["train", "--n-patches", "20", "--stride", "64"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lower --n-patches or --stride"), "{stderr}");
+}
+
+#[test]
+fn seed_spellings_are_accepted() {
+    let out = tempfile::tempdir().unwrap();
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--steps",
+        "1",
+        "--batch_size",
+        "1",
+        "--n_patches",
+        "2",
+        "--gradient_accumulation_steps",
+        "2",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "3",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let config = events(&all, "config");
+    assert_eq!(config[0]["micro_batch"], 1);
+    assert_eq!(config[0]["n_patches"], 2);
+    assert_eq!(config[0]["accumulation"], 2);
+    assert_eq!(config[0]["effective_batch"], 4);
+}

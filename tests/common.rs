@@ -1,0 +1,51 @@
+//! Helpers shared by the end-to-end tests: run trainer-cli, read its JSON events.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub fn trainer_cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trainer-cli"))
+}
+
+/// Runs trainer-cli and returns its stdout parsed as one JSON value per line.
+pub fn run_json(args: &[&str]) -> Vec<Value> {
+    let output = trainer_cli()
+        .args(args)
+        .output()
+        .expect("trainer-cli starts");
+    assert_success(&output, args);
+    String::from_utf8(output.stdout)
+        .expect("stdout is UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+pub fn assert_success(output: &Output, args: &[&str]) {
+    assert!(
+        output.status.success(),
+        "trainer-cli {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+pub fn events<'a>(all: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    all.iter().filter(|e| e["event"] == kind).collect()
+}
+
+/// The float tensors of a safetensors file, in file order (the header is JSON after an
+/// 8-byte length; the model is f32 throughout).
+pub fn safetensors_floats(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    bytes[8 + header_len..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
