@@ -10,7 +10,7 @@ use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::VqAutoencoderConfig;
-use crate::train::step::optimizer_step;
+use crate::train::step::{Objective, StepSettings, optimizer_step};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -60,15 +60,13 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BackendE
         let started = Instant::now();
         let batches = (0..config.accumulation)
             .map(|_| Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device));
-        let (next, _) = optimizer_step(
-            model,
-            &mut optimizer,
-            batches,
-            config.accumulation,
-            1e-3,
-            Some(1.0),
-            &mut meter,
-        );
+        let settings = StepSettings {
+            accumulation: config.accumulation,
+            lr: 1e-3,
+            clip_norm: Some(1.0),
+            objective: Objective::VectorQuantized,
+        };
+        let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter);
         model = next;
         // The step's scalars were read back, so its work is done; syncing covers lazy backends.
         let _ = device.sync();

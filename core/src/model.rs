@@ -133,6 +133,18 @@ impl VqAutoencoder {
         (quantized, codes)
     }
 
+    /// Replaces the codebook with `codes` latent vectors (`[codes, latent_channels]`).
+    ///
+    /// Training starts from codes drawn from the encoder's own outputs: codes initialised
+    /// near zero (the reference's uniform(-1/K, 1/K)) sit far from the latents, so a few
+    /// codes take every position and the commitment loss diverges.
+    pub fn set_codebook(mut self, codes: Tensor<2>) -> Self {
+        assert_eq!(codes.dims(), self.codebook.val().dims(), "codebook shape");
+        // Same parameter id, so optimizer state and checkpoints keep referring to it.
+        self.codebook = Param::initialized(self.codebook.id, codes.require_grad());
+        self
+    }
+
     pub fn decode(&self, quantized: Tensor<4>) -> Tensor<4> {
         let x = relu(self.dec1.forward(quantized));
         let x = relu(self.dec2.forward(x));

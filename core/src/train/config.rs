@@ -53,6 +53,11 @@ pub struct TrainConfig {
     pub empty_cache_every: u64,
     /// One train clip in this many is held out for validation.
     pub validation_every_nth_clip: usize,
+    /// Optimizer steps that train encoder and decoder without the quantizer before the
+    /// codebook is drawn from their latents and the three-term loss takes over. Started
+    /// cold, this model's codes collapse and the commitment term diverges (measured in
+    /// PyTorch and here; docs/TRAINING.md). `None`: a tenth of the run, fixed when it starts.
+    pub quantizer_warmup_steps: Option<u64>,
     /// Stride between the patches a test clip is scored on.
     pub eval_stride: usize,
     pub model: VqAutoencoderConfig,
@@ -77,6 +82,7 @@ impl Default for TrainConfig {
             validate_every: 0,
             empty_cache_every: 10,
             validation_every_nth_clip: 10,
+            quantizer_warmup_steps: None,
             eval_stride: 32,
             model: VqAutoencoderConfig::default(),
             dataset: DatasetSource::default(),

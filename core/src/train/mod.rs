@@ -13,7 +13,10 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
 use headroom_datasets::{Clip, PatchError, SyntheticDataset};
 
 pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
@@ -82,6 +85,45 @@ impl Splits {
             test: dataset.test,
         }
     }
+}
+
+/// Draws the initial codebook from encoder outputs on train patches (see
+/// [`VqAutoencoder::set_codebook`]): one latent vector per code, from distinct positions.
+fn codebook_from_data(
+    model: VqAutoencoder,
+    device: &Device,
+    train: &[Clip],
+    config: &TrainConfig,
+    normalization: &Normalization,
+) -> Result<VqAutoencoder, TrainError> {
+    let codes = config.model.codes;
+    let channels = config.model.latent_channels;
+    let plain = device.clone().without_autodiff();
+    let encoder = model.valid();
+    let mut latents: Vec<f32> = Vec::new();
+    // Each patch gives 8 x 8 latent positions; take clips until there are 4x as many as codes.
+    for clip in train {
+        if latents.len() >= 4 * codes * channels {
+            break;
+        }
+        let batch = clip_patches(clip, config.stride, normalization)?;
+        let z = encoder.encode(batch.to_tensor(&plain)).permute([0, 2, 3, 1]);
+        let data = z.into_data().convert::<f32>();
+        latents.extend_from_slice(data.as_slice::<f32>().unwrap_or(&[]));
+    }
+    let positions = latents.len() / channels;
+    if positions == 0 {
+        return Ok(model);
+    }
+    let mut order: Vec<usize> = (0..positions).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(config.seed ^ 0xc0de_b00c));
+    let mut chosen = Vec::with_capacity(codes * channels);
+    for i in 0..codes {
+        let p = order[i % positions];
+        chosen.extend_from_slice(&latents[p * channels..(p + 1) * channels]);
+    }
+    let codebook = Tensor::from_data(TensorData::new(chosen, [codes, channels]), device);
+    Ok(model.set_codebook(codebook))
 }
 
 pub struct Trainer {
@@ -175,6 +217,8 @@ impl Trainer {
             normalization,
         )?;
         let total_steps = config.total_steps(stream.len());
+        let mut config = config;
+        config.quantizer_warmup_steps.get_or_insert(total_steps / 10);
         let meter = MemoryMeter::new(config.backend, &device);
         Ok(Self {
             config,
@@ -305,16 +349,30 @@ impl Trainer {
                 .to_tensor(&self.device)
         });
         self.meter.reset_peak();
-        let model = self.model.clone();
-        let (model, outcome) = step::optimizer_step(
-            model,
-            &mut self.optimizer,
-            micro_batches,
-            c.accumulation,
+        let warmup = c.quantizer_warmup_steps.unwrap_or(0);
+        let objective = if self.step < warmup {
+            step::Objective::Autoencoder
+        } else {
+            step::Objective::VectorQuantized
+        };
+        let settings = step::StepSettings {
+            accumulation: c.accumulation,
             lr,
-            c.clip_norm,
-            &mut self.meter,
-        );
+            clip_norm: c.clip_norm,
+            objective,
+        };
+        if self.step == warmup {
+            self.model = codebook_from_data(
+                self.model.clone(),
+                &self.device,
+                &self.splits.train,
+                c,
+                &self.normalization,
+            )?;
+        }
+        let model = self.model.clone();
+        let (model, outcome) =
+            step::optimizer_step(model, &mut self.optimizer, micro_batches, settings, &mut self.meter);
         if !outcome.loss.is_finite() {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,

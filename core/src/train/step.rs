@@ -18,24 +18,41 @@ pub struct StepOutcome {
     pub grad_norm: f64,
 }
 
+/// What a step minimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// MODEL.md's three-term loss through the quantizer.
+    VectorQuantized,
+    /// Reconstruction through encoder and decoder alone: the quantizer warm-up, which gives
+    /// the codebook informative latents to start from (see `TrainConfig::quantizer_warmup_steps`).
+    Autoencoder,
+}
+
 /// Gradients of one micro-batch, its loss divided by `accumulation` (seed 003) so that
 /// summing the micro-batch gradients gives the gradient of the mean over all of them.
 pub fn micro_batch_gradients(
     model: &VqAutoencoder,
     patches: Tensor<4>,
     accumulation: usize,
+    objective: Objective,
 ) -> (GradientsParams, f64, f64) {
-    let output = model.forward(patches.clone());
-    let loss = model.loss(patches, &output);
-    let scaled = loss.total.div_scalar(accumulation as f32);
+    let (total, reconstruction) = match objective {
+        Objective::VectorQuantized => {
+            let output = model.forward(patches.clone());
+            let loss = model.loss(patches, &output);
+            (loss.total, loss.reconstruction)
+        }
+        Objective::Autoencoder => {
+            let reconstruction = model.decode(model.encode(patches.clone()));
+            let loss = (reconstruction - patches).square().mean();
+            (loss.clone(), loss)
+        }
+    };
+    let scaled = total.div_scalar(accumulation as f32);
     let grads = scaled.backward();
     let total = scaled.into_scalar::<f32>() as f64;
-    let reconstruction = loss.reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
-    (
-        GradientsParams::from_grads(grads, model),
-        total,
-        reconstruction,
-    )
+    let reconstruction = reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
+    (GradientsParams::from_grads(grads, model), total, reconstruction)
 }
 
 /// Runs the micro-batches of one step and returns their summed gradients.
@@ -43,12 +60,13 @@ pub fn accumulate_gradients(
     model: &VqAutoencoder,
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
     accumulation: usize,
+    objective: Objective,
     meter: &mut MemoryMeter,
 ) -> (GradientsParams, f64, f64) {
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     for patches in micro_batches {
-        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation);
+        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation, objective);
         meter.sample();
         accumulator.accumulate(model, grads);
         loss += l;
@@ -57,19 +75,26 @@ pub fn accumulate_gradients(
     (accumulator.grads(), loss, reconstruction)
 }
 
+/// How one optimizer step runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepSettings {
+    pub accumulation: usize,
+    pub lr: f64,
+    pub clip_norm: Option<f64>,
+    pub objective: Objective,
+}
+
 /// One whole optimizer step.
-#[allow(clippy::too_many_arguments)]
 pub fn optimizer_step(
     model: VqAutoencoder,
     optimizer: &mut ModuleOptimizer,
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
-    accumulation: usize,
-    lr: f64,
-    clip_norm: Option<f64>,
+    settings: StepSettings,
     meter: &mut MemoryMeter,
 ) -> (VqAutoencoder, StepOutcome) {
+    let StepSettings { accumulation, lr, clip_norm, objective } = settings;
     let (mut grads, loss, reconstruction_loss) =
-        accumulate_gradients(&model, micro_batches, accumulation, meter);
+        accumulate_gradients(&model, micro_batches, accumulation, objective, meter);
     let grad_norm = match clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => global_norm(&model, &grads),
@@ -180,11 +205,11 @@ mod tests {
     #[test]
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
-        let (whole, loss_whole, _) = accumulate_gradients(&model, [x.clone()], 1, &mut meter);
+        let (whole, loss_whole, _) = accumulate_gradients(&model, [x.clone()], 1, Objective::VectorQuantized, &mut meter);
         let parts: Vec<_> = (0..4)
             .map(|i| x.clone().slice([i * 2..i * 2 + 2]))
             .collect();
-        let (accumulated, loss_parts, _) = accumulate_gradients(&model, parts, 4, &mut meter);
+        let (accumulated, loss_parts, _) = accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter);
         let (a, b) = (flatten(&model, &whole), flatten(&model, &accumulated));
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
@@ -203,7 +228,7 @@ mod tests {
     #[test]
     fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
         let (model, x, mut meter) = setup();
-        let (grads, _, _) = accumulate_gradients(&model, [x.mul_scalar(50.0)], 1, &mut meter);
+        let (grads, _, _) = accumulate_gradients(&model, [x.mul_scalar(50.0)], 1, Objective::VectorQuantized, &mut meter);
         let before = flatten(&model, &grads);
         let norm = global_norm(&model, &grads);
         let direct = before
