@@ -163,7 +163,7 @@ fn a_resumed_run_ends_where_the_uninterrupted_one_does() {
     assert!(worst < 1e-5, "largest parameter difference {worst}");
     // The run did train: parameters moved away from the step-3 checkpoint.
     let before = safetensors_floats(
-        &whole
+        &halves
             .path()
             .join("checkpoints/step-00000003/model.safetensors"),
     );

@@ -14,9 +14,10 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{AdamWConfig, ModuleOptimizer};
 use burn::store::{ModuleSnapshot, SafetensorsStore};
-use burn::tensor::{Bytes, Device};
+use burn::tensor::{Bytes, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::data::Normalization;
@@ -41,6 +42,9 @@ pub struct CheckpointState {
     pub config: TrainConfig,
     pub normalization: Normalization,
     pub rng: RngState,
+    /// The model's parameter ids in visiting order. burn keys optimizer state by parameter
+    /// id, and safetensors keeps only names, so a loaded model takes these ids back.
+    pub param_ids: Vec<u64>,
 }
 
 /// The data RNG: batches and patch positions are drawn from `seed` and the stream position,
@@ -224,6 +228,8 @@ pub fn load(path: &Path, device: &Device) -> Result<LoadedCheckpoint, Checkpoint
     model
         .load_from(&mut store)
         .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
+    let model = restore_param_ids(model, &state.param_ids)
+        .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
     let optimizer = new_optimizer()
         .from_bytes(Bytes::from_bytes_vec(read(OPTIMIZER_FILE)?))
         .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
@@ -233,6 +239,39 @@ pub fn load(path: &Path, device: &Device) -> Result<LoadedCheckpoint, Checkpoint
         optimizer,
         path: dir,
     })
+}
+
+/// The ids of `model`'s parameters in visiting order, for [`CheckpointState::param_ids`].
+pub fn param_ids(model: &VqAutoencoder) -> Vec<u64> {
+    struct Ids(Vec<u64>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.id.val());
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+    ids.0
+}
+
+fn restore_param_ids(model: VqAutoencoder, ids: &[u64]) -> Result<VqAutoencoder, String> {
+    let expected = param_ids(&model).len();
+    if ids.len() != expected {
+        return Err(format!(
+            "it lists {} parameter ids, the model has {expected}",
+            ids.len()
+        ));
+    }
+    struct Restore<'a>(std::slice::Iter<'a, u64>);
+    impl ModuleMapper for Restore<'_> {
+        fn map_float<const D: usize>(&mut self, mut param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if let Some(id) = self.0.next() {
+                param.id = ParamId::from(*id);
+            }
+            param
+        }
+    }
+    Ok(model.map(&mut Restore(ids.iter())))
 }
 
 fn invalid(path: &Path, reason: impl std::fmt::Display) -> CheckpointError {
@@ -284,7 +323,7 @@ mod tests {
         crate::model::flat_parameters(model)
     }
 
-    fn state(step: u64) -> CheckpointState {
+    fn state(step: u64, model: &VqAutoencoder) -> CheckpointState {
         CheckpointState {
             format_version: FORMAT_VERSION,
             step,
@@ -298,6 +337,7 @@ mod tests {
                 seed: 42,
                 stream_position: step * 8,
             },
+            param_ids: param_ids(model),
         }
     }
 
@@ -307,25 +347,32 @@ mod tests {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(1);
         let first = TrainConfig::default().model.init(&device);
-        save(run.path(), &state(1), &first, &new_optimizer()).unwrap();
+        save(run.path(), &state(1, &first), &first, &new_optimizer()).unwrap();
 
         let second = TrainConfig::default().model.init(&device);
         assert!(
             params(&first) != params(&second),
             "two initialisations should differ"
         );
-        let err = save_with_hook(run.path(), &state(2), &second, &new_optimizer(), &mut |p| {
-            if p.ends_with(MODEL_FILE) {
-                Err(std::io::Error::other("simulated crash"))
-            } else {
-                Ok(())
-            }
-        })
+        let err = save_with_hook(
+            run.path(),
+            &state(2, &second),
+            &second,
+            &new_optimizer(),
+            &mut |p| {
+                if p.ends_with(MODEL_FILE) {
+                    Err(std::io::Error::other("simulated crash"))
+                } else {
+                    Ok(())
+                }
+            },
+        )
         .unwrap_err();
         assert!(err.to_string().contains("simulated crash"), "{err}");
 
         let loaded = load(run.path(), &device).unwrap();
-        assert_eq!(loaded.state, state(1));
+        assert_eq!(loaded.state, state(1, &first));
+        assert_eq!(param_ids(&loaded.model), param_ids(&first));
         assert!(
             params(&loaded.model) == params(&first),
             "the loaded model is not the first one"
@@ -339,7 +386,7 @@ mod tests {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = TrainConfig::default().model.init(&device);
         for step in 1..=4 {
-            save(run.path(), &state(step), &model, &new_optimizer()).unwrap();
+            save(run.path(), &state(step, &model), &model, &new_optimizer()).unwrap();
         }
         assert_eq!(read_state(run.path()).unwrap().step, 4);
         let kept: Vec<_> = fs::read_dir(run.path().join("checkpoints"))

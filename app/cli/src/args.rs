@@ -22,14 +22,14 @@ pub struct Cli {
 pub enum Command {
     /// Train the default model (the VQ patch autoencoder); with no flags, on the built-in
     /// synthetic dataset on the CPU.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Time training steps of the default model on random patches (one JSON line with --json).
     Bench(BenchArgs),
 }
 
 impl Default for Command {
     fn default() -> Self {
-        Command::Train(TrainArgs::default())
+        Command::Train(Box::default())
     }
 }
 

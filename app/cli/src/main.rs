@@ -24,7 +24,7 @@ fn main() -> Result<()> {
         .init();
     let cli = args::Cli::parse();
     match cli.command.unwrap_or_default() {
-        args::Command::Train(a) => train::run(a),
+        args::Command::Train(a) => train::run(*a),
         args::Command::Bench(a) => bench::run(a),
     }
 }

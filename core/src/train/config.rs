@@ -73,7 +73,7 @@ impl Default for TrainConfig {
             stride: 32,
             placement: PatchPlacement::Random,
             accumulation: 1,
-            length: RunLength::Epochs(8),
+            length: RunLength::Epochs(16),
             lr: 1e-3,
             min_lr: 0.0,
             clip_norm: Some(1.0),

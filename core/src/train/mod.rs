@@ -14,10 +14,10 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::{Device, Tensor, TensorData};
+use headroom_datasets::{Clip, PatchError, SyntheticDataset};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use headroom_datasets::{Clip, PatchError, SyntheticDataset};
 
 pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
 
@@ -87,6 +87,11 @@ impl Splits {
     }
 }
 
+/// Whether a periodic action with period `n` (0: never) falls on `step`.
+fn every(step: u64, n: u64) -> bool {
+    n > 0 && step.is_multiple_of(n)
+}
+
 /// Draws the initial codebook from encoder outputs on train patches (see
 /// [`VqAutoencoder::set_codebook`]): one latent vector per code, from distinct positions.
 fn codebook_from_data(
@@ -107,7 +112,9 @@ fn codebook_from_data(
             break;
         }
         let batch = clip_patches(clip, config.stride, normalization)?;
-        let z = encoder.encode(batch.to_tensor(&plain)).permute([0, 2, 3, 1]);
+        let z = encoder
+            .encode(batch.to_tensor(&plain))
+            .permute([0, 2, 3, 1]);
         let data = z.into_data().convert::<f32>();
         latents.extend_from_slice(data.as_slice::<f32>().unwrap_or(&[]));
     }
@@ -218,7 +225,9 @@ impl Trainer {
         )?;
         let total_steps = config.total_steps(stream.len());
         let mut config = config;
-        config.quantizer_warmup_steps.get_or_insert(total_steps / 10);
+        config
+            .quantizer_warmup_steps
+            .get_or_insert(total_steps / 10);
         let meter = MemoryMeter::new(config.backend, &device);
         Ok(Self {
             config,
@@ -290,7 +299,7 @@ impl Trainer {
             let step = self.step;
             sink.emit(Event::Step(report));
 
-            if self.config.empty_cache_every > 0 && step % self.config.empty_cache_every == 0 {
+            if every(step, self.config.empty_cache_every) {
                 self.meter.cleanup();
                 sink.emit(Event::MemoryCleanup { step });
             }
@@ -302,14 +311,13 @@ impl Trainer {
                 });
             }
             let last = step == self.total_steps;
-            if self.config.validate_every > 0 && step % self.config.validate_every == 0 && !last {
+            if every(step, self.config.validate_every) && !last {
                 sink.emit(Event::Validation {
                     step,
                     loss: self.validation_loss(),
                 });
             }
-            if self.config.checkpoint_every > 0 && step % self.config.checkpoint_every == 0 && !last
-            {
+            if every(step, self.config.checkpoint_every) && !last {
                 self.checkpoint(sink)?;
             }
         }
@@ -371,8 +379,13 @@ impl Trainer {
             )?;
         }
         let model = self.model.clone();
-        let (model, outcome) =
-            step::optimizer_step(model, &mut self.optimizer, micro_batches, settings, &mut self.meter);
+        let (model, outcome) = step::optimizer_step(
+            model,
+            &mut self.optimizer,
+            micro_batches,
+            settings,
+            &mut self.meter,
+        );
         if !outcome.loss.is_finite() {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,
@@ -443,6 +456,7 @@ impl Trainer {
                 seed: self.config.seed,
                 stream_position: self.step * self.config.clips_per_step() as u64,
             },
+            param_ids: checkpoint::param_ids(&self.model),
         };
         let path = checkpoint::save(out, &state, &self.model, &self.optimizer)?;
         sink.emit(Event::Checkpoint {

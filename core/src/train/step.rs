@@ -52,7 +52,11 @@ pub fn micro_batch_gradients(
     let grads = scaled.backward();
     let total = scaled.into_scalar::<f32>() as f64;
     let reconstruction = reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
-    (GradientsParams::from_grads(grads, model), total, reconstruction)
+    (
+        GradientsParams::from_grads(grads, model),
+        total,
+        reconstruction,
+    )
 }
 
 /// Runs the micro-batches of one step and returns their summed gradients.
@@ -92,7 +96,12 @@ pub fn optimizer_step(
     settings: StepSettings,
     meter: &mut MemoryMeter,
 ) -> (VqAutoencoder, StepOutcome) {
-    let StepSettings { accumulation, lr, clip_norm, objective } = settings;
+    let StepSettings {
+        accumulation,
+        lr,
+        clip_norm,
+        objective,
+    } = settings;
     let (mut grads, loss, reconstruction_loss) =
         accumulate_gradients(&model, micro_batches, accumulation, objective, meter);
     let grad_norm = match clip_norm {
@@ -205,11 +214,16 @@ mod tests {
     #[test]
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
-        let (whole, loss_whole, _) = accumulate_gradients(&model, [x.clone()], 1, Objective::VectorQuantized, &mut meter);
-        let parts: Vec<_> = (0..4)
-            .map(|i| x.clone().slice([i * 2..i * 2 + 2]))
-            .collect();
-        let (accumulated, loss_parts, _) = accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter);
+        let (whole, loss_whole, _) = accumulate_gradients(
+            &model,
+            [x.clone()],
+            1,
+            Objective::VectorQuantized,
+            &mut meter,
+        );
+        let parts: Vec<_> = (0..4).map(|i| x.clone().narrow(0, i * 2, 2)).collect();
+        let (accumulated, loss_parts, _) =
+            accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter);
         let (a, b) = (flatten(&model, &whole), flatten(&model, &accumulated));
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
@@ -228,7 +242,13 @@ mod tests {
     #[test]
     fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
         let (model, x, mut meter) = setup();
-        let (grads, _, _) = accumulate_gradients(&model, [x.mul_scalar(50.0)], 1, Objective::VectorQuantized, &mut meter);
+        let (grads, _, _) = accumulate_gradients(
+            &model,
+            [x.mul_scalar(50.0)],
+            1,
+            Objective::VectorQuantized,
+            &mut meter,
+        );
         let before = flatten(&model, &grads);
         let norm = global_norm(&model, &grads);
         let direct = before
