@@ -195,6 +195,37 @@ fn bad_flags_and_missing_checkpoints_get_clear_errors() {
         "{stderr}"
     );
 
+    // A fresh run refuses a directory that holds another run.
+    let used = tempfile::tempdir().unwrap();
+    let used_path = used.path().to_str().unwrap();
+    run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--steps",
+        "1",
+        "--batch-size",
+        "1",
+        "--n-patches",
+        "1",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "2",
+        "--out",
+        used_path,
+    ]);
+    let out = trainer_cli()
+        .args(["train", "--steps", "1", "--out", used_path])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("already holds a run") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+
     let out = trainer_cli()
         .args(["train", "--n-patches", "20", "--stride", "64"])
         .output()

@@ -125,7 +125,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Run directory: checkpoints go to OUT/checkpoints, OUT/checkpoint.json names the newest
-    /// [default: runs/latest, or the --resume run's directory].
+    /// [default: a new runs/run-<unix time>, or the --resume run's directory].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Continue the run saved in this directory (a run's --out, or one of its checkpoints).

@@ -8,6 +8,7 @@ mod train;
 
 use anyhow::Result;
 use clap::Parser;
+use headroom_core::BackendKind;
 use headroom_core::memory::alloc::CountingAllocator;
 
 // Host-memory figures on CPU backends come from counting every allocation.
@@ -15,6 +16,18 @@ use headroom_core::memory::alloc::CountingAllocator;
 static ALLOC: CountingAllocator = CountingAllocator;
 
 fn main() -> Result<()> {
+    // burn materialises loaded optimizer state on `Device::default()`, which in a build with
+    // wgpu is a GPU adapter: resuming a CPU run would start a graphics driver just to move
+    // the state back. BURN_DEVICE pins that default to the CPU unless the user set it.
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        let cpu = if BackendKind::Flex.is_built() {
+            "flex"
+        } else {
+            "ndarray"
+        };
+        // SAFETY: first statement of main, before any thread exists.
+        unsafe { std::env::set_var("BURN_DEVICE", cpu) };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

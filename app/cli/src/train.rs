@@ -74,7 +74,12 @@ fn out_dir(args: &TrainArgs) -> PathBuf {
             .and_then(Path::parent)
             .map_or_else(|| dir.clone(), Path::to_path_buf),
         Some(dir) => dir.clone(),
-        None => PathBuf::from("runs/latest"),
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            PathBuf::from(format!("runs/run-{now}"))
+        }
     }
 }
 

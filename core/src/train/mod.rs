@@ -39,6 +39,12 @@ pub enum TrainError {
     Checkpoint(#[from] CheckpointError),
     #[error("the dataset does not fit the patch settings: {0}")]
     Patch(#[from] PatchError),
+    #[error(
+        "{} already holds a run (checkpoint at step {step}); continue it with --resume {0}, \
+         or choose another --out",
+        dir.display()
+    )]
+    OutDirInUse { dir: PathBuf, step: u64 },
     #[error("the train split is empty after holding out validation clips; use a larger dataset")]
     EmptyTrainSplit,
     #[error(
@@ -151,6 +157,15 @@ impl Trainer {
     /// A fresh run.
     pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         config.validate()?;
+        // A fresh run never writes over another run's checkpoints.
+        if let Some(dir) = &options.out_dir
+            && let Ok(state) = checkpoint::read_state(dir)
+        {
+            return Err(TrainError::OutDirInUse {
+                dir: dir.clone(),
+                step: state.step,
+            });
+        }
         let device = config.backend.device()?.autodiff();
         device.seed(config.seed);
         let model = config.model.init(&device);
