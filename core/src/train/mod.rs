@@ -139,6 +139,15 @@ fn codebook_from_data(
     Ok(model.set_codebook(codebook))
 }
 
+/// Where a run starts from: fresh, or a checkpoint.
+struct Start {
+    device: Device,
+    model: VqAutoencoder,
+    optimizer: ModuleOptimizer,
+    step: u64,
+    normalization: Normalization,
+}
+
 pub struct Trainer {
     config: TrainConfig,
     options: RunOptions,
@@ -171,16 +180,14 @@ impl Trainer {
         let model = config.model.init(&device);
         let splits = Splits::load(&config);
         let normalization = Normalization::fit(&splits.train);
-        Self::assemble(
-            config,
-            options,
+        let start = Start {
             device,
             model,
-            checkpoint::new_optimizer(),
-            0,
+            optimizer: checkpoint::new_optimizer(),
+            step: 0,
             normalization,
-            splits,
-        )
+        };
+        Self::assemble(config, options, start, splits)
     }
 
     /// Continues the run saved at `path`. `length` replaces the saved run length (to train
@@ -201,29 +208,29 @@ impl Trainer {
             config.length = length;
         }
         let splits = Splits::load(&config);
-        Self::assemble(
-            config,
-            options,
+        let start = Start {
             device,
-            loaded.model,
-            loaded.optimizer,
-            loaded.state.step,
-            loaded.state.normalization,
-            splits,
-        )
+            model: loaded.model,
+            optimizer: loaded.optimizer,
+            step: loaded.state.step,
+            normalization: loaded.state.normalization,
+        };
+        Self::assemble(config, options, start, splits)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn assemble(
         config: TrainConfig,
         options: RunOptions,
-        device: Device,
-        model: VqAutoencoder,
-        optimizer: ModuleOptimizer,
-        step: u64,
-        normalization: Normalization,
+        start: Start,
         splits: Splits,
     ) -> Result<Self, TrainError> {
+        let Start {
+            device,
+            model,
+            optimizer,
+            step,
+            normalization,
+        } = start;
         if splits.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
