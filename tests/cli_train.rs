@@ -263,3 +263,46 @@ fn seed_spellings_are_accepted() {
     assert_eq!(config[0]["accumulation"], 2);
     assert_eq!(config[0]["effective_batch"], 4);
 }
+
+/// The wgpu path trains too. CI runs it on Mesa's software Vulkan driver (lavapipe), which
+/// `.ci/run` installs; it is slow, so two steps of one patch.
+#[test]
+fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
+    let out = tempfile::tempdir().unwrap();
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--backend",
+        "wgpu",
+        "--steps",
+        "2",
+        "--batch-size",
+        "1",
+        "--n-patches",
+        "1",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "3",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let config = events(&all, "config");
+    assert_eq!(config[0]["backend"], "wgpu");
+    assert_eq!(config[0]["memory_source"], "device_pool");
+    let steps = events(&all, "step");
+    assert_eq!(steps.len(), 2);
+    for s in steps {
+        assert!(s["loss"].as_f64().unwrap().is_finite());
+        let (allocated, peak) = (
+            s["mem_allocated_bytes"].as_u64().unwrap(),
+            s["mem_peak_bytes"].as_u64().unwrap(),
+        );
+        assert!(
+            allocated > 0 && peak >= allocated,
+            "allocated {allocated}, peak {peak}"
+        );
+        assert!(s["mem_reserved_bytes"].as_u64().unwrap() >= allocated);
+    }
+}
