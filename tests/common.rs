@@ -49,3 +49,13 @@ pub fn safetensors_floats(path: &Path) -> Vec<f32> {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
+
+/// Runs trainer-cli and parses its whole stdout as one JSON document.
+pub fn run_json_document(args: &[&str]) -> Value {
+    let output = trainer_cli()
+        .args(args)
+        .output()
+        .expect("trainer-cli starts");
+    assert_success(&output, args);
+    serde_json::from_slice(&output.stdout).expect("stdout is one JSON document")
+}

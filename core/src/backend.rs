@@ -81,22 +81,6 @@ impl BackendKind {
     }
 }
 
-/// The `--backend auto` decision with its reason in one line.
-///
-/// The machine probe that weighs GPUs against the CPU is not built yet, so auto picks the
-/// CPU default and says so; the reason names what was considered.
-pub fn choose_auto() -> (BackendKind, String) {
-    let backend = if BackendKind::Flex.is_built() {
-        BackendKind::Flex
-    } else {
-        BackendKind::Ndarray
-    };
-    let reason = format!(
-        "auto: {backend} (CPU) - GPU probing is not available in this version, so training stays on the CPU backend"
-    );
-    (backend, reason)
-}
-
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

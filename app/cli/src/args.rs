@@ -25,6 +25,12 @@ pub enum Command {
     Train(Box<TrainArgs>),
     /// Time training steps of the default model on random patches (one JSON line with --json).
     Bench(BenchArgs),
+    /// List the devices Headroom could train on, their memory, and what --backend auto picks.
+    Probe(ProbeArgs),
+    /// The GPU half of `probe`, run in a child process so a driver fault cannot take the
+    /// caller down.
+    #[command(name = "__probe-gpus", hide = true)]
+    ProbeGpusChild,
 }
 
 impl Default for Command {
@@ -44,12 +50,13 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend to use, and the reason when Headroom chose it.
+    /// The backend to use, and the reason when Headroom chose it (which probes the machine).
     pub fn resolve(self) -> (BackendKind, Option<String>) {
         match self {
             Backend::Auto => {
-                let (kind, reason) = headroom_core::backend::choose_auto();
-                (kind, Some(reason))
+                let report = crate::probe::machine(std::time::Duration::from_secs(20));
+                let choice = headroom_core::probe::choose::choose(&report);
+                (choice.backend, Some(choice.reason))
             }
             Backend::Flex => (BackendKind::Flex, None),
             Backend::Ndarray => (BackendKind::Ndarray, None),
@@ -62,7 +69,8 @@ impl Backend {
 impl From<Backend> for BackendKind {
     fn from(b: Backend) -> Self {
         match b {
-            Backend::Auto => b.resolve().0,
+            // Benchmarks name their backend; auto means the CPU default there.
+            Backend::Auto => BackendKind::Flex,
             Backend::Flex => BackendKind::Flex,
             Backend::Ndarray => BackendKind::Ndarray,
             Backend::Wgpu => BackendKind::Wgpu,
@@ -190,4 +198,14 @@ pub struct BenchArgs {
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds the GPU drivers get to answer.
+    #[arg(long, default_value_t = 20.0)]
+    pub timeout: f64,
 }

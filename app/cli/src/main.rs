@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod probe;
 mod render;
 mod train;
 
@@ -39,6 +40,8 @@ fn main() -> Result<()> {
     match cli.command.unwrap_or_default() {
         args::Command::Train(a) => train::run(*a),
         args::Command::Bench(a) => bench::run(a),
+        args::Command::Probe(a) => probe::run(a),
+        args::Command::ProbeGpusChild => probe::child(),
     }
 }
 

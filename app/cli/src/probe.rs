@@ -1,0 +1,130 @@
+//! `trainer-cli probe`: the devices Headroom could train on, and the auto choice.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use headroom_core::probe::{
+    self, DeviceReport, MachineReport, choose::choose, isolate::ChildProbe,
+};
+
+use crate::args::ProbeArgs;
+
+/// The hidden subcommand the child process runs.
+pub const CHILD_COMMAND: &str = "__probe-gpus";
+
+/// Probes the machine, GPUs in a child process of this same binary.
+pub fn machine(timeout: Duration) -> MachineReport {
+    let child = std::env::current_exe().ok().map(|program| ChildProbe {
+        program,
+        args: vec![CHILD_COMMAND.to_string()],
+        timeout,
+    });
+    probe::probe_machine(child.as_ref())
+}
+
+/// The child's side: probe GPUs here and print the report as JSON.
+pub fn child() -> Result<()> {
+    println!("{}", serde_json::to_string(&probe::gpus::probe_here())?);
+    Ok(())
+}
+
+pub fn run(args: ProbeArgs) -> Result<()> {
+    let report = machine(Duration::from_secs_f64(args.timeout));
+    let choice = choose(&report);
+    if args.json {
+        let out = serde_json::json!({
+            "devices": report.devices,
+            "findings": report.findings,
+            "elapsed_ms": report.elapsed_ms,
+            "auto": { "backend": choice.backend, "selector": choice.device.as_ref().map(|d| &d.selector), "reason": choice.reason },
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("{}", table(&report.devices, &choice));
+    for finding in &report.findings {
+        println!("- {finding}");
+    }
+    println!("{}", choice.reason);
+    println!("(probed in {} ms)", report.elapsed_ms);
+    Ok(())
+}
+
+fn memory(figure: &probe::MemoryFigure) -> String {
+    figure.bytes.map_or_else(
+        || "unknown".to_string(),
+        |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+    )
+}
+
+fn table(devices: &[DeviceReport], choice: &probe::choose::Choice) -> String {
+    let header = [
+        "",
+        "backend",
+        "device",
+        "name",
+        "kind",
+        "api",
+        "free",
+        "total",
+        "precisions",
+        "max buffer",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for d in devices {
+        let chosen = choice
+            .device
+            .as_ref()
+            .is_some_and(|c| c.backend == d.backend && c.selector == d.selector);
+        rows.push(vec![
+            if chosen { "*".into() } else { String::new() },
+            d.backend.to_string(),
+            d.selector.clone(),
+            d.name.clone(),
+            d.class.label().to_string(),
+            d.api.clone(),
+            memory(&d.free_memory),
+            memory(&d.total_memory),
+            d.precisions
+                .iter()
+                .map(|p| format!("{p:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join(","),
+            d.max_allocation_bytes.map_or_else(
+                || "-".into(),
+                |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+            ),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    let mut notes = String::new();
+    for d in devices {
+        for note in &d.notes {
+            notes.push_str(&format!("{} {}: {note}\n", d.backend, d.selector));
+        }
+        for (what, figure) in [("free", &d.free_memory), ("total", &d.total_memory)] {
+            let how = if figure.bytes.is_some() {
+                "from"
+            } else {
+                "unknown:"
+            };
+            notes.push_str(&format!(
+                "{} {}: {what} memory {how} {}\n",
+                d.backend, d.selector, figure.source
+            ));
+        }
+    }
+    out + &notes
+}

@@ -1,0 +1,127 @@
+//! What the machine offers for training: every place a run could go (CUDA GPUs, wgpu
+//! adapters, the CPU backends), with memory and precisions, and the `--backend auto` choice.
+//!
+//! GPU drivers can hang or crash the process that asks them, so the GPU half of the probe
+//! runs in a child process with a timeout ([`isolate`]); a failing driver costs a line in the
+//! report, not the program.
+
+pub mod choose;
+pub mod cpu;
+pub mod gpus;
+pub mod isolate;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceClass {
+    DiscreteGpu,
+    IntegratedGpu,
+    VirtualGpu,
+    /// A GPU API implemented on the CPU (llvmpipe/lavapipe, SwiftShader, WARP).
+    SoftwareAdapter,
+    Cpu,
+    Other,
+}
+
+impl DeviceClass {
+    pub fn label(self) -> &'static str {
+        match self {
+            DeviceClass::DiscreteGpu => "discrete GPU",
+            DeviceClass::IntegratedGpu => "integrated GPU",
+            DeviceClass::VirtualGpu => "virtual GPU",
+            DeviceClass::SoftwareAdapter => "software adapter",
+            DeviceClass::Cpu => "CPU",
+            DeviceClass::Other => "other",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// A memory figure, or why there is none; `source` says where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryFigure {
+    pub bytes: Option<u64>,
+    pub source: String,
+}
+
+impl MemoryFigure {
+    pub fn known(bytes: u64, source: impl Into<String>) -> Self {
+        Self {
+            bytes: Some(bytes),
+            source: source.into(),
+        }
+    }
+
+    pub fn unknown(reason: impl Into<String>) -> Self {
+        Self {
+            bytes: None,
+            source: reason.into(),
+        }
+    }
+}
+
+/// One place training could run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    pub backend: BackendKind,
+    /// What `--device` takes to name it: `cpu`, `wgpu:0`, `cuda:0`.
+    pub selector: String,
+    pub name: String,
+    pub class: DeviceClass,
+    /// Vulkan, Metal, DX12, GL, CUDA, or CPU.
+    pub api: String,
+    pub total_memory: MemoryFigure,
+    pub free_memory: MemoryFigure,
+    pub precisions: Vec<Precision>,
+    /// Largest single buffer the device allows, where it says.
+    pub max_allocation_bytes: Option<u64>,
+    /// Whether this build can train on it; `notes` says why not.
+    pub usable: bool,
+    pub notes: Vec<String>,
+}
+
+/// Everything the probe found, and what it could not look at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct MachineReport {
+    pub devices: Vec<DeviceReport>,
+    /// Lines such as "no NVIDIA driver: libnvidia-ml.so not found".
+    pub findings: Vec<String>,
+    pub elapsed_ms: u64,
+}
+
+/// The GPU half, as the child process reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GpuReport {
+    pub devices: Vec<DeviceReport>,
+    pub findings: Vec<String>,
+}
+
+/// Probes the machine. `child` runs the GPU half in another process (see
+/// [`isolate::ChildProbe`]); `None` probes GPUs in this process, for tools that accept the risk.
+pub fn probe_machine(child: Option<&isolate::ChildProbe>) -> MachineReport {
+    let started = std::time::Instant::now();
+    let gpus = match child {
+        Some(child) => child.run().unwrap_or_else(|reason| GpuReport {
+            devices: Vec::new(),
+            findings: vec![format!("GPU probe failed: {reason}")],
+        }),
+        None => gpus::probe_here(),
+    };
+    let mut devices = gpus.devices;
+    devices.extend(cpu::probe());
+    MachineReport {
+        devices,
+        findings: gpus.findings,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    }
+}

@@ -1,0 +1,58 @@
+//! `trainer-cli probe`: the machine as Headroom sees it.
+
+mod common;
+
+use common::run_json_document;
+
+#[test]
+fn probe_lists_the_cpu_the_adapters_and_explains_auto() {
+    let report = run_json_document(&["probe", "--json"]);
+    let devices = report["devices"].as_array().expect("a device list");
+    let flex = devices
+        .iter()
+        .find(|d| d["backend"] == "flex")
+        .expect("the CPU is always listed");
+    assert_eq!(flex["class"], "cpu");
+    assert!(flex["total_memory"]["bytes"].as_u64().unwrap() > 256 << 20);
+    assert!(flex["free_memory"]["bytes"].as_u64().unwrap() > 0);
+
+    let findings: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let cuda_devices = devices.iter().filter(|d| d["backend"] == "cuda").count();
+    if cuda_devices == 0 {
+        assert!(
+            findings.iter().any(|f| f.contains("CUDA")),
+            "without CUDA devices the report says why: {findings:?}"
+        );
+    }
+    // Mesa's software rasterisers (lavapipe/llvmpipe) are software adapters, with a memory
+    // figure or the reason there is none, and auto never trains on them.
+    for d in devices
+        .iter()
+        .filter(|d| d["name"].as_str().unwrap().contains("llvmpipe"))
+    {
+        assert_eq!(d["class"], "software_adapter", "{d}");
+        let total = &d["total_memory"];
+        assert!(
+            total["bytes"].is_u64() || !total["source"].as_str().unwrap().is_empty(),
+            "{d}"
+        );
+    }
+    let only_software = devices
+        .iter()
+        .filter(|d| d["backend"] == "wgpu")
+        .all(|d| d["class"] == "software_adapter");
+    if cuda_devices == 0 && only_software {
+        assert_eq!(report["auto"]["backend"], "flex", "{}", report["auto"]);
+    }
+    let reason = report["auto"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("auto: "), "{reason}");
+    assert!(
+        report["elapsed_ms"].as_u64().unwrap() < 20_000,
+        "the probe takes seconds"
+    );
+}
