@@ -56,3 +56,50 @@ fn probe_lists_the_cpu_the_adapters_and_explains_auto() {
         "the probe takes seconds"
     );
 }
+
+/// `train` without --backend is `--backend auto`: it probes, says why in one event, and
+/// trains where it chose.
+#[test]
+fn train_auto_explains_its_choice() {
+    let out = tempfile::tempdir().unwrap();
+    let all = common::run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--steps",
+        "1",
+        "--batch-size",
+        "1",
+        "--n-patches",
+        "1",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "2",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let choice = common::events(&all, "backend_choice");
+    assert_eq!(choice.len(), 1, "{all:?}");
+    let reason = choice[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!("auto: {}", choice[0]["backend"].as_str().unwrap())),
+        "{reason}"
+    );
+    let config = common::events(&all, "config");
+    assert_eq!(config[0]["backend"], choice[0]["backend"]);
+    // This project's CI machine has no GPU: auto must land on flex and name why.
+    let report = run_json_document(&["probe", "--json"]);
+    let gpu_usable = report["devices"].as_array().unwrap().iter().any(|d| {
+        d["usable"] == true
+            && ["discrete_gpu", "integrated_gpu", "virtual_gpu"]
+                .contains(&d["class"].as_str().unwrap())
+    });
+    if !gpu_usable {
+        assert_eq!(choice[0]["backend"], "flex");
+        assert!(
+            reason.contains(" - "),
+            "the reason names what was passed over: {reason}"
+        );
+    }
+}
