@@ -62,23 +62,7 @@ fn probe_lists_the_cpu_the_adapters_and_explains_auto() {
 #[test]
 fn train_auto_explains_its_choice() {
     let out = tempfile::tempdir().unwrap();
-    let all = common::run_json(&[
-        "train",
-        "--json",
-        "--no-eval",
-        "--steps",
-        "1",
-        "--batch-size",
-        "1",
-        "--n-patches",
-        "1",
-        "--machine-ids",
-        "1",
-        "--train-clips-per-id",
-        "2",
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
+    let all = common::tiny_train(out.path(), &["--steps", "1"]);
     let choice = common::events(&all, "backend_choice");
     assert_eq!(choice.len(), 1, "{all:?}");
     let reason = choice[0]["reason"].as_str().unwrap();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{events, run_json, safetensors_floats, trainer_cli};
+use common::{events, run_json, safetensors_floats, tiny_train, trainer_cli};
 
 /// A short run learns: the loss falls and the anomaly AUC on the test split is well above
 /// chance. The README's default job reaches a higher AUC with more steps.
@@ -198,23 +198,7 @@ fn bad_flags_and_missing_checkpoints_get_clear_errors() {
     // A fresh run refuses a directory that holds another run.
     let used = tempfile::tempdir().unwrap();
     let used_path = used.path().to_str().unwrap();
-    run_json(&[
-        "train",
-        "--json",
-        "--no-eval",
-        "--steps",
-        "1",
-        "--batch-size",
-        "1",
-        "--n-patches",
-        "1",
-        "--machine-ids",
-        "1",
-        "--train-clips-per-id",
-        "2",
-        "--out",
-        used_path,
-    ]);
+    tiny_train(used.path(), &["--steps", "1"]);
     let out = trainer_cli()
         .args(["train", "--steps", "1", "--out", used_path])
         .output()
@@ -269,25 +253,7 @@ fn seed_spellings_are_accepted() {
 #[test]
 fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
     let out = tempfile::tempdir().unwrap();
-    let all = run_json(&[
-        "train",
-        "--json",
-        "--no-eval",
-        "--backend",
-        "wgpu",
-        "--steps",
-        "2",
-        "--batch-size",
-        "1",
-        "--n-patches",
-        "1",
-        "--machine-ids",
-        "1",
-        "--train-clips-per-id",
-        "3",
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
+    let all = tiny_train(out.path(), &["--backend", "wgpu", "--steps", "2"]);
     let config = events(&all, "config");
     assert_eq!(config[0]["backend"], "wgpu");
     assert_eq!(config[0]["memory_source"], "device_pool");

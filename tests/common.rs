@@ -59,3 +59,26 @@ pub fn run_json_document(args: &[&str]) -> Value {
     assert_success(&output, args);
     serde_json::from_slice(&output.stdout).expect("stdout is one JSON document")
 }
+
+/// `train --json --no-eval` on the smallest dataset (one machine ID, two train clips) with
+/// one patch per step, into `out`, plus `extra` flags (which must not repeat these).
+pub fn tiny_train(out: &Path, extra: &[&str]) -> Vec<Value> {
+    let out = out.to_str().expect("temporary paths are UTF-8");
+    let mut args = vec![
+        "train",
+        "--json",
+        "--no-eval",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "2",
+        "--batch-size",
+        "1",
+        "--n-patches",
+        "1",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    run_json(&args)
+}
