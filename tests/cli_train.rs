@@ -272,3 +272,26 @@ fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
         assert!(s["mem_reserved_bytes"].as_u64().unwrap() >= allocated);
     }
 }
+
+/// The seeds' `--device cpu` trains on flex; a contradiction with --backend is an error.
+#[test]
+fn device_flag_as_the_seeds_spell_it() {
+    let out = tempfile::tempdir().unwrap();
+    let all = tiny_train(out.path(), &["--device", "cpu", "--steps", "1"]);
+    assert_eq!(events(&all, "config")[0]["backend"], "flex");
+    assert!(
+        events(&all, "backend_choice").is_empty(),
+        "a named device is not an auto choice"
+    );
+
+    let out = trainer_cli()
+        .args(["train", "--device", "cpu", "--backend", "wgpu"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--backend wgpu and --device cpu disagree"),
+        "{stderr}"
+    );
+}

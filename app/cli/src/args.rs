@@ -39,7 +39,7 @@ impl Default for Command {
     }
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// Let Headroom choose (and say why).
     Auto,
@@ -79,6 +79,36 @@ impl From<Backend> for BackendKind {
     }
 }
 
+/// The seeds' `--device`: where to train, by kind; `--backend` names the backend exactly.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// The CPU (flex, unless --backend ndarray).
+    Cpu,
+    /// An NVIDIA GPU through the cuda backend.
+    Cuda,
+    /// The default wgpu adapter (Vulkan, Metal, DX12).
+    Wgpu,
+}
+
+impl DeviceArg {
+    /// The backend `--device` means on its own, and whether `backend` agrees with it.
+    pub fn backend(self) -> Backend {
+        match self {
+            DeviceArg::Cpu => Backend::Flex,
+            DeviceArg::Cuda => Backend::Cuda,
+            DeviceArg::Wgpu => Backend::Wgpu,
+        }
+    }
+
+    pub fn accepts(self, backend: Backend) -> bool {
+        match self {
+            DeviceArg::Cpu => matches!(backend, Backend::Flex | Backend::Ndarray),
+            DeviceArg::Cuda => matches!(backend, Backend::Cuda),
+            DeviceArg::Wgpu => matches!(backend, Backend::Wgpu),
+        }
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum Placement {
     Even,
@@ -99,6 +129,9 @@ pub struct TrainArgs {
     /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
+    /// Where to train, as the seed documents say it: cpu, cuda or wgpu.
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
     /// Spectrograms per micro-batch.
     #[arg(long, alias = "batch_size")]
     pub batch_size: Option<usize>,

@@ -99,7 +99,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ),
     };
     // A resumed run keeps its backend unless one is named.
-    let requested = match (&args.resume, args.backend) {
+    let named = match (args.backend, args.device) {
+        (Some(backend), Some(device)) if !device.accepts(backend) => anyhow::bail!(
+            "--backend {} and --device {} disagree; give one of them",
+            BackendKind::from(backend),
+            format!("{device:?}").to_lowercase()
+        ),
+        (Some(backend), _) => Some(backend),
+        (None, device) => device.map(|d| d.backend()),
+    };
+    let requested = match (&args.resume, named) {
         (Some(_), None) => None,
         (_, backend) => Some(backend.unwrap_or(Backend::Auto)),
     };
