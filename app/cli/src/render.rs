@@ -15,6 +15,7 @@ pub struct ProgressRenderer {
     progress: ProgressBar,
     memory: ProgressBar,
     last_loss: Option<f64>,
+    effective_batch: Option<String>,
 }
 
 impl ProgressRenderer {
@@ -37,6 +38,7 @@ impl ProgressRenderer {
             progress,
             memory,
             last_loss: None,
+            effective_batch: None,
         }
     }
 
@@ -55,6 +57,7 @@ impl ProgressRenderer {
             Event::Config(info) => {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
+                self.effective_batch = Some(effective_batch(info));
                 self.say(describe_run(info));
             }
             Event::Step(s) => {
@@ -108,23 +111,29 @@ impl ProgressRenderer {
                     "Training {how} at step {step}/{total_steps} in {:.1} s",
                     elapsed_s
                 ));
+                if let Some(line) = &self.effective_batch {
+                    self.say(line.clone());
+                }
             }
         }
     }
 }
 
+fn effective_batch(info: &RunInfo) -> String {
+    format!(
+        "Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps)",
+        info.effective_batch, info.micro_batch, info.n_patches, info.accumulation,
+    )
+}
+
 fn describe_run(info: &RunInfo) -> String {
     format!(
-        "Backend {} ({}), {} parameters\n\
-         Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps)\n\
+        "Backend {} ({}), {} parameters\n{}\n\
          Data: {} train, {} validation, {} test clips; {} steps per epoch; {} steps from step {}",
         info.backend,
         info.device,
         info.parameters,
-        info.effective_batch,
-        info.micro_batch,
-        info.n_patches,
-        info.accumulation,
+        effective_batch(info),
         info.train_clips,
         info.validation_clips,
         info.test_clips,
