@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{events, run_json, safetensors_floats, tiny_train, trainer_cli};
+use common::{events, run_failing, run_json, safetensors_floats, tiny_train};
 
 /// A short run learns: the loss falls and the anomaly AUC on the test split is well above
 /// chance. The README's default job reaches a higher AUC with more steps.
@@ -172,24 +172,14 @@ fn a_resumed_run_ends_where_the_uninterrupted_one_does() {
 
 #[test]
 fn bad_flags_and_missing_checkpoints_get_clear_errors() {
-    let out = trainer_cli()
-        .args(["train", "--batch-size", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_failing(&["train", "--batch-size", "0"]);
     assert!(
         stderr.contains("--batch-size must be at least 1"),
         "{stderr}"
     );
 
     let empty = tempfile::tempdir().unwrap();
-    let out = trainer_cli()
-        .args(["train", "--resume", empty.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_failing(&["train", "--resume", empty.path().to_str().unwrap()]);
     assert!(
         stderr.contains("no checkpoint in") && stderr.contains(empty.path().to_str().unwrap()),
         "{stderr}"
@@ -199,23 +189,13 @@ fn bad_flags_and_missing_checkpoints_get_clear_errors() {
     let used = tempfile::tempdir().unwrap();
     let used_path = used.path().to_str().unwrap();
     tiny_train(used.path(), &["--steps", "1"]);
-    let out = trainer_cli()
-        .args(["train", "--steps", "1", "--out", used_path])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_failing(&["train", "--steps", "1", "--out", used_path]);
     assert!(
         stderr.contains("already holds a run") && stderr.contains("--resume"),
         "{stderr}"
     );
 
-    let out = trainer_cli()
-        .args(["train", "--n-patches", "20", "--stride", "64"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_failing(&["train", "--n-patches", "20", "--stride", "64"]);
     assert!(stderr.contains("lower --n-patches or --stride"), "{stderr}");
 }
 
@@ -284,12 +264,7 @@ fn device_flag_as_the_seeds_spell_it() {
         "a named device is not an auto choice"
     );
 
-    let out = trainer_cli()
-        .args(["train", "--device", "cpu", "--backend", "wgpu"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_failing(&["train", "--device", "cpu", "--backend", "wgpu"]);
     assert!(
         stderr.contains("--backend wgpu and --device cpu disagree"),
         "{stderr}"

@@ -82,3 +82,16 @@ pub fn tiny_train(out: &Path, extra: &[&str]) -> Vec<Value> {
     args.extend_from_slice(extra);
     run_json(&args)
 }
+
+/// Runs trainer-cli expecting it to fail, and returns what it said on stderr.
+pub fn run_failing(args: &[&str]) -> String {
+    let output = trainer_cli()
+        .args(args)
+        .output()
+        .expect("trainer-cli starts");
+    assert!(
+        !output.status.success(),
+        "trainer-cli {args:?} should have failed"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
