@@ -96,6 +96,11 @@ impl TrainStream {
         self.clips.is_empty()
     }
 
+    /// The train clips, in their original order.
+    pub fn clips(&self) -> &[Clip] {
+        &self.clips
+    }
+
     /// The epoch that position `position` of the stream falls in.
     pub fn epoch_of(&self, position: u64) -> u64 {
         position / self.clips.len() as u64

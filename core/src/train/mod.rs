@@ -157,8 +157,10 @@ pub struct Trainer {
     step: u64,
     total_steps: u64,
     normalization: Normalization,
+    /// The train clips live in `stream`; these two are scored whole.
     stream: TrainStream,
-    splits: Splits,
+    validation: Vec<Clip>,
+    test: Vec<Clip>,
     meter: MemoryMeter,
 }
 
@@ -239,12 +241,12 @@ impl Trainer {
                 .patch_spec()
                 .check(clip.spectrogram.n_mels, clip.spectrogram.frames)?;
         }
-        let stream = TrainStream::new(
-            splits.train.clone(),
-            config.patch_spec(),
-            config.seed,
-            normalization,
-        )?;
+        let Splits {
+            train,
+            validation,
+            test,
+        } = splits;
+        let stream = TrainStream::new(train, config.patch_spec(), config.seed, normalization)?;
         let total_steps = config.total_steps(stream.len());
         let mut config = config;
         config
@@ -261,7 +263,8 @@ impl Trainer {
             total_steps,
             normalization,
             stream,
-            splits,
+            validation,
+            test,
             meter,
         })
     }
@@ -297,9 +300,9 @@ impl Trainer {
             steps_per_epoch: c.steps_per_epoch(self.stream.len()),
             lr: c.lr,
             seed: c.seed,
-            train_clips: self.splits.train.len(),
-            validation_clips: self.splits.validation.len(),
-            test_clips: self.splits.test.len(),
+            train_clips: self.stream.len(),
+            validation_clips: self.validation.len(),
+            test_clips: self.test.len(),
             parameters: self.model.num_params(),
             memory_source: self.meter.source(),
         }
@@ -343,7 +346,7 @@ impl Trainer {
                 self.checkpoint(sink)?;
             }
         }
-        if !self.splits.validation.is_empty() {
+        if !self.validation.is_empty() {
             sink.emit(Event::Validation {
                 step: self.step,
                 loss: self.validation_loss(),
@@ -375,7 +378,7 @@ impl Trainer {
             self.model = codebook_from_data(
                 self.model.clone(),
                 &self.device,
-                &self.splits.train,
+                self.stream.clips(),
                 &self.config,
                 &self.normalization,
             )?;
@@ -440,7 +443,7 @@ impl Trainer {
         let model = self.model.valid();
         let device = self.device.clone().without_autodiff();
         let (mut sum, mut n) = (0.0, 0usize);
-        for clip in &self.splits.validation {
+        for clip in &self.validation {
             let batch = clip_patches(clip, self.config.stride, &self.normalization)
                 .expect("validation clips were checked against the patch settings");
             let patches = batch.patches;
@@ -459,7 +462,7 @@ impl Trainer {
         eval::evaluate(
             &self.model.valid(),
             &device,
-            &self.splits.test,
+            &self.test,
             self.config.eval_stride,
             &self.normalization,
         )
