@@ -51,10 +51,9 @@ pub fn run(args: ProbeArgs) -> Result<()> {
 }
 
 fn memory(figure: &probe::MemoryFigure) -> String {
-    figure.bytes.map_or_else(
-        || "unknown".to_string(),
-        |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-    )
+    figure
+        .bytes
+        .map_or_else(|| "unknown".to_string(), probe::gib)
 }
 
 fn table(devices: &[DeviceReport], choice: &probe::choose::Choice) -> String {
@@ -90,10 +89,8 @@ fn table(devices: &[DeviceReport], choice: &probe::choose::Choice) -> String {
                 .map(|p| format!("{p:?}").to_lowercase())
                 .collect::<Vec<_>>()
                 .join(","),
-            d.max_allocation_bytes.map_or_else(
-                || "-".into(),
-                |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-            ),
+            d.max_allocation_bytes
+                .map_or_else(|| "-".into(), probe::gib),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())

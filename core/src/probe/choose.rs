@@ -1,7 +1,7 @@
 //! The `--backend auto` policy: the fastest place that fits, never a software adapter over
 //! flex, explained in one line.
 
-use super::{DeviceClass, DeviceReport, MachineReport};
+use super::{DeviceClass, DeviceReport, MachineReport, gib};
 use crate::backend::BackendKind;
 
 /// Free memory a GPU must have for auto to pick it. The default model's smallest training
@@ -16,10 +16,6 @@ pub struct Choice {
     /// The probed device, when the choice is one.
     pub device: Option<DeviceReport>,
     pub reason: String,
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 fn rank(d: &DeviceReport) -> u8 {

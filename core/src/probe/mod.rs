@@ -70,6 +70,11 @@ impl MemoryFigure {
     }
 }
 
+/// Bytes as GiB with one decimal, the unit device memory is quoted in.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 /// One place training could run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceReport {
