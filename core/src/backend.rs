@@ -81,6 +81,20 @@ impl BackendKind {
     }
 }
 
+impl BackendKind {
+    /// The device a training step runs on: autodiff, with burn's balanced gradient
+    /// checkpointing when asked (recompute cheap activations in backward instead of keeping
+    /// them). Tensors of the two kinds cannot mix, so a run keeps one for its whole life.
+    pub fn training_device(self, checkpointing: bool) -> Result<Device, BackendError> {
+        let device = self.device()?.autodiff();
+        Ok(if checkpointing {
+            device.gradient_checkpointing()
+        } else {
+            device
+        })
+    }
+}
+
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -10,7 +10,15 @@ use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::VqAutoencoderConfig;
-use crate::train::step::{Objective, StepSettings, optimizer_step};
+use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Step(#[from] StepError),
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -23,6 +31,9 @@ pub struct BenchConfig {
     pub steps: usize,
     pub warmup: usize,
     pub seed: u64,
+    /// burn's balanced gradient checkpointing.
+    #[serde(default)]
+    pub checkpointing: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,8 +54,8 @@ pub struct BenchResult {
     pub peak_rss_mib: Option<f64>,
 }
 
-pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BackendError> {
-    let device = config.backend.device()?.autodiff();
+pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchError> {
+    let device = config.backend.training_device(config.checkpointing)?;
     device.seed(config.seed);
     let mut model = VqAutoencoderConfig::default().init(&device);
     let params = burn::module::Module::num_params(&model);
@@ -66,7 +77,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BackendE
             clip_norm: Some(1.0),
             objective: Objective::VectorQuantized,
         };
-        let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter);
+        let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter)?;
         model = next;
         // The step's scalars were read back, so its work is done; syncing covers lazy backends.
         let _ = device.sync();

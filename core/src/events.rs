@@ -4,14 +4,23 @@
 use serde::{Deserialize, Serialize};
 
 use crate::memory::MemorySource;
+use crate::plan::{Breakdown, Plan, StepMeasurement};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// How `--backend auto` chose, and why.
     BackendChoice { backend: String, reason: String },
+    /// The memory budget a run plans for and guards, and where it came from.
+    Budget { bytes: u64, source: String },
+    /// One check of a plan: a real step at the plan's size, measured against the budget.
+    DryRun(DryRunReport),
+    /// The plan a run trains with, its prediction and the reason in words.
+    Plan(PlanReport),
     /// The run's configuration, once before the first step.
     Config(RunInfo),
+    /// A step ran out of memory; the run shrank its micro-batch and redid the step.
+    Recovery(RecoveryReport),
     /// One optimizer step.
     Step(StepReport),
     /// An epoch of the train split has been consumed.
@@ -34,6 +43,43 @@ pub enum Event {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    #[serde(flatten)]
+    pub plan: Plan,
+    pub breakdown: Breakdown,
+    /// The calibration steps the prediction rests on.
+    pub calibration: Vec<StepMeasurement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DryRunReport {
+    pub attempt: usize,
+    pub micro_batch: usize,
+    pub n_patches: usize,
+    pub accumulation: usize,
+    pub checkpointing: bool,
+    pub predicted_peak_bytes: u64,
+    pub measured_peak_bytes: u64,
+    pub budget_bytes: u64,
+    pub fits: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryReport {
+    /// The step that was redone.
+    pub step: u64,
+    pub error: String,
+    pub from_micro_batch: usize,
+    pub to_micro_batch: usize,
+    pub n_patches: usize,
+    pub from_accumulation: usize,
+    pub to_accumulation: usize,
+    pub effective_batch: usize,
+    /// Recoveries in a row, this one included.
+    pub in_a_row: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
     pub backend: String,
     pub device: String,
@@ -53,6 +99,12 @@ pub struct RunInfo {
     pub test_clips: usize,
     pub parameters: usize,
     pub memory_source: MemorySource,
+    pub precision: String,
+    pub checkpointing: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub budget_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub predicted_peak_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +124,8 @@ pub struct StepReport {
     pub mem_peak_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mem_reserved_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mem_budget_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +187,7 @@ mod tests {
             mem_allocated_bytes: 1,
             mem_peak_bytes: 2,
             mem_reserved_bytes: None,
+            mem_budget_bytes: None,
         });
         let json: serde_json::Value = serde_json::to_value(&event).unwrap();
         for key in [

@@ -10,6 +10,7 @@ pub mod events;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod plan;
 pub mod probe;
 pub mod train;
 

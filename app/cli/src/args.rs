@@ -25,6 +25,9 @@ pub enum Command {
     Train(Box<TrainArgs>),
     /// Time training steps of the default model on random patches (one JSON line with --json).
     Bench(BenchArgs),
+    /// Show the plan a run would train with and its memory breakdown, or (--what-if) the plans
+    /// for common GPUs and this CPU.
+    Plan(Box<PlanArgs>),
     /// List the devices Headroom could train on, their memory, and what --backend auto picks.
     Probe(ProbeArgs),
     /// The GPU half of `probe`, run in a child process so a driver fault cannot take the
@@ -49,19 +52,32 @@ pub enum Backend {
     Cuda,
 }
 
+/// A backend, resolved: what auto chose, why, and the probed device behind it.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub kind: BackendKind,
+    pub reason: Option<String>,
+    pub device: Option<headroom_core::probe::DeviceReport>,
+}
+
 impl Backend {
     /// The backend to use, and the reason when Headroom chose it (which probes the machine).
-    pub fn resolve(self) -> (BackendKind, Option<String>) {
+    pub fn resolve(self) -> Resolved {
         match self {
             Backend::Auto => {
                 let report = crate::probe::machine(std::time::Duration::from_secs(20));
                 let choice = headroom_core::probe::choose::choose(&report);
-                (choice.backend, Some(choice.reason))
+                Resolved {
+                    kind: choice.backend,
+                    reason: Some(choice.reason),
+                    device: choice.device,
+                }
             }
-            Backend::Flex => (BackendKind::Flex, None),
-            Backend::Ndarray => (BackendKind::Ndarray, None),
-            Backend::Wgpu => (BackendKind::Wgpu, None),
-            Backend::Cuda => (BackendKind::Cuda, None),
+            named => Resolved {
+                kind: named.into(),
+                reason: None,
+                device: None,
+            },
         }
     }
 }
@@ -69,7 +85,7 @@ impl Backend {
 impl From<Backend> for BackendKind {
     fn from(b: Backend) -> Self {
         match b {
-            // Benchmarks name their backend; auto means the CPU default there.
+            // Only reached for a named backend: auto is resolved by probing.
             Backend::Auto => BackendKind::Flex,
             Backend::Flex => BackendKind::Flex,
             Backend::Ndarray => BackendKind::Ndarray,
@@ -196,15 +212,124 @@ pub struct TrainArgs {
     /// Skip scoring the test split at the end.
     #[arg(long)]
     pub no_eval: bool,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+    /// Train with the given (or default) micro-batch, patches and accumulation as they are:
+    /// no calibration and no dry-run. The budget guard and out-of-memory recovery still work.
+    #[arg(long)]
+    pub no_plan: bool,
     /// One JSON object per line per event, instead of progress bars.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The planner's inputs, shared by `train` and `plan`.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Memory the run may use, e.g. 2GiB or 512MiB; measured usage above it is treated as
+    /// out-of-memory [default: the device's free memory x --memory-fraction].
+    #[arg(
+        long,
+        alias = "memory_budget",
+        alias = "memory",
+        conflicts_with = "simulate_device"
+    )]
+    pub memory_budget: Option<String>,
+    /// Plan for this GPU's memory (rtx3070-laptop, t4, rtx3090, a100-40gb, a100-80gb, h100),
+    /// and enforce it as the budget.
+    #[arg(long, alias = "simulate_device")]
+    pub simulate_device: Option<String>,
+    /// Share of the device's free memory a run plans for (seed 003's cap).
+    #[arg(long, alias = "memory_fraction", default_value_t = 0.9)]
+    pub memory_fraction: f64,
+    /// Patches per optimizer step, kept whatever the split [default: micro-batch x patches x
+    /// accumulation, from the flags given or their defaults].
+    #[arg(long, alias = "effective_batch")]
+    pub effective_batch: Option<usize>,
+    /// Recompute cheap activations in backward instead of keeping them (seed 001's flag)
+    /// [default: the planner decides].
+    #[arg(
+        long,
+        alias = "use_gradient_checkpointing",
+        conflicts_with = "no_gradient_checkpointing"
+    )]
+    pub use_gradient_checkpointing: bool,
+    /// Never use gradient checkpointing.
+    #[arg(long)]
+    pub no_gradient_checkpointing: bool,
+}
+
+impl Default for MemoryArgs {
+    fn default() -> Self {
+        Self {
+            memory_budget: None,
+            simulate_device: None,
+            memory_fraction: 0.9,
+            effective_batch: None,
+            use_gradient_checkpointing: false,
+            no_gradient_checkpointing: false,
+        }
+    }
+}
+
+impl MemoryArgs {
+    pub fn checkpointing(&self) -> Option<bool> {
+        match (
+            self.use_gradient_checkpointing,
+            self.no_gradient_checkpointing,
+        ) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// Backend to plan for [default: auto].
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+    /// Spectrograms per micro-batch (fixes it).
+    #[arg(long, alias = "batch_size")]
+    pub batch_size: Option<usize>,
+    /// Patches per spectrogram (fixes it).
+    #[arg(long, alias = "n_patches")]
+    pub n_patches: Option<usize>,
+    /// Micro-batches per step (fixes it).
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "gradient-accumulation"
+    )]
+    pub gradient_accumulation_steps: Option<usize>,
+    /// The plans for common GPUs and this CPU, in one table.
+    #[arg(long, conflicts_with_all = ["memory_budget", "simulate_device"])]
+    pub what_if: bool,
+    /// Skip the dry-run step that checks the plan.
+    #[arg(long)]
+    pub no_dry_run: bool,
+    /// Measure real steps at these micro-batch sizes and compare with the memory model's
+    /// predictions: spectrograms x patches, `c` for checkpointing, e.g. "1x4 8x4 8x4c 64x16".
+    #[arg(long, conflicts_with = "what_if")]
+    pub verify: Option<String>,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Backend to time (auto probes the machine and says why it chose).
     #[arg(long, value_enum, default_value = "flex")]
     pub backend: Backend,
+    /// burn's balanced gradient checkpointing.
+    #[arg(long, alias = "use_gradient_checkpointing")]
+    pub use_gradient_checkpointing: bool,
     /// Spectrograms per micro-batch (the reference script's --batch).
     #[arg(long, alias = "batch_size", alias = "batch", default_value_t = 16)]
     pub batch_size: usize,

@@ -8,8 +8,14 @@ use crate::render::mib;
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let threads = crate::set_threads(args.threads)?;
+    let resolved = args.backend.resolve();
+    if let Some(reason) = &resolved.reason {
+        // On stderr: --json keeps stdout to one line.
+        eprintln!("{reason}");
+    }
     let config = BenchConfig {
-        backend: args.backend.into(),
+        backend: resolved.kind,
+        checkpointing: args.use_gradient_checkpointing,
         micro_batch: args.batch_size,
         n_patches: args.n_patches,
         accumulation: args.gradient_accumulation_steps,

@@ -3,6 +3,8 @@
 
 mod args;
 mod bench;
+mod budget;
+mod plan;
 mod probe;
 mod render;
 mod train;
@@ -40,6 +42,7 @@ fn main() -> Result<()> {
     match cli.command.unwrap_or_default() {
         args::Command::Train(a) => train::run(*a),
         args::Command::Bench(a) => bench::run(a),
+        args::Command::Plan(a) => plan::run(*a),
         args::Command::Probe(a) => probe::run(a),
         args::Command::ProbeGpusChild => probe::child(),
     }

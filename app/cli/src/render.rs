@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use headroom_core::events::{EvaluationReport, Event, RunInfo};
+use headroom_core::events::{DryRunReport, EvaluationReport, Event, RecoveryReport, RunInfo};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub fn mib(bytes: u64) -> String {
@@ -54,6 +54,16 @@ impl ProgressRenderer {
     pub fn handle(&mut self, event: &Event) {
         match event {
             Event::BackendChoice { reason, .. } => self.say(reason.clone()),
+            Event::Budget { bytes, source } => self.say(format!(
+                "Memory budget: {} ({source})",
+                headroom_core::probe::gib(*bytes)
+            )),
+            Event::DryRun(d) => self.say(describe_dry_run(d)),
+            Event::Plan(p) => {
+                self.say(format!("Plan: {}", p.plan.reason));
+                self.say(crate::plan::describe_breakdown(&p.breakdown));
+            }
+            Event::Recovery(r) => self.say(describe_recovery(r)),
             Event::Config(info) => {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
@@ -70,8 +80,12 @@ impl ProgressRenderer {
                     .mem_reserved_bytes
                     .map(|r| format!(", reserved {}", mib(r)))
                     .unwrap_or_default();
+                let budget = s
+                    .mem_budget_bytes
+                    .map(|b| format!(", budget {}", mib(b)))
+                    .unwrap_or_default();
                 self.memory.set_message(format!(
-                    "Memory - allocated {}, peak {}{reserved}",
+                    "Memory - allocated {}, peak {}{reserved}{budget}",
                     mib(s.mem_allocated_bytes),
                     mib(s.mem_peak_bytes)
                 ));
@@ -119,6 +133,41 @@ impl ProgressRenderer {
     }
 }
 
+pub fn describe_dry_run(d: &DryRunReport) -> String {
+    format!(
+        "Dry-run {}: micro-batch {} x {} patches{} measured {} of {} (predicted {}) - {}",
+        d.attempt,
+        d.micro_batch,
+        d.n_patches,
+        if d.checkpointing {
+            ", checkpointing,"
+        } else {
+            ""
+        },
+        mib(d.measured_peak_bytes),
+        mib(d.budget_bytes),
+        mib(d.predicted_peak_bytes),
+        if d.fits {
+            "fits"
+        } else {
+            "over budget, re-planning"
+        }
+    )
+}
+
+fn describe_recovery(r: &RecoveryReport) -> String {
+    format!(
+        "Out of memory at step {} ({}): micro-batch {} -> {}, accumulation {} -> {}, effective batch {} kept; redoing the step",
+        r.step,
+        r.error,
+        r.from_micro_batch,
+        r.to_micro_batch,
+        r.from_accumulation,
+        r.to_accumulation,
+        r.effective_batch
+    )
+}
+
 fn effective_batch(info: &RunInfo) -> String {
     format!(
         "Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps)",
@@ -128,11 +177,13 @@ fn effective_batch(info: &RunInfo) -> String {
 
 fn describe_run(info: &RunInfo) -> String {
     format!(
-        "Backend {} ({}), {} parameters\n{}\n\
+        "Backend {} ({}), {} parameters, {}, checkpointing {}\n{}\n\
          Data: {} train, {} validation, {} test clips; {} steps per epoch; {} steps from step {}",
         info.backend,
         info.device,
         info.parameters,
+        info.precision,
+        if info.checkpointing { "on" } else { "off" },
         effective_batch(info),
         info.train_clips,
         info.validation_clips,

@@ -4,11 +4,44 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use headroom_core::events::Event;
+use headroom_core::memory::Budget;
+use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
 
-use crate::args::{Backend, TrainArgs};
+use crate::args::{Backend, MemoryArgs, TrainArgs};
 use crate::render::ProgressRenderer;
+
+/// The planner's request: the effective batch the flags describe (or `--effective-batch`),
+/// and every flag the user set as a constraint.
+pub fn planning(
+    memory: &MemoryArgs,
+    micro_batch: Option<usize>,
+    n_patches: Option<usize>,
+    accumulation: Option<usize>,
+    budget_bytes: u64,
+) -> Result<Planning> {
+    let defaults = TrainConfig::default();
+    let effective_batch = memory.effective_batch.unwrap_or(
+        micro_batch.unwrap_or(defaults.micro_batch)
+            * n_patches.unwrap_or(defaults.n_patches)
+            * accumulation.unwrap_or(defaults.accumulation),
+    );
+    anyhow::ensure!(
+        effective_batch > 0,
+        "the effective batch must be at least one patch"
+    );
+    Ok(Planning {
+        budget_bytes,
+        effective_batch,
+        fixed: Fixed {
+            micro_batch,
+            n_patches,
+            accumulation,
+            checkpointing: memory.checkpointing(),
+        },
+    })
+}
 
 fn config_from(args: &TrainArgs, backend: BackendKind) -> TrainConfig {
     let mut c = TrainConfig {
@@ -85,10 +118,10 @@ fn out_dir(args: &TrainArgs) -> PathBuf {
 
 pub fn run(args: TrainArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
-    let options = RunOptions {
+    let mut options = RunOptions {
         out_dir: Some(out_dir(&args)),
         stop_after: args.stop_after,
-        stop: None,
+        ..RunOptions::default()
     };
     let mut renderer = (!args.json).then(ProgressRenderer::new);
     let mut emit = |event: Event| match &mut renderer {
@@ -112,15 +145,46 @@ pub fn run(args: TrainArgs) -> Result<()> {
         (Some(_), None) => None,
         (_, backend) => Some(backend.unwrap_or(Backend::Auto)),
     };
-    let backend = requested.map(|b| {
-        let (kind, reason) = b.resolve();
-        if let Some(reason) = reason {
+    let resolved = requested.map(|b| {
+        let resolved = b.resolve();
+        if let Some(reason) = &resolved.reason {
             emit(Event::BackendChoice {
-                backend: kind.name().to_string(),
-                reason,
+                backend: resolved.kind.name().to_string(),
+                reason: reason.clone(),
             });
         }
-        kind
+        resolved
+    });
+    let backend = resolved.as_ref().map(|r| r.kind);
+    let budget_backend = match (backend, &args.resume) {
+        (Some(b), _) => b,
+        (None, Some(dir)) => {
+            headroom_core::checkpoint::read_state(dir)
+                .with_context(|| format!("cannot resume from {}", dir.display()))?
+                .config
+                .backend
+        }
+        (None, None) => BackendKind::Flex,
+    };
+    let budget = crate::budget::resolve(
+        &args.memory,
+        budget_backend,
+        resolved.as_ref().and_then(|r| r.device.as_ref()),
+    )?;
+    tracing::info!(bytes = budget.bytes, source = %budget.source, "memory budget");
+    options.budget = Some(Budget::new(budget.bytes));
+    if !args.no_plan {
+        options.planning = Some(planning(
+            &args.memory,
+            args.batch_size,
+            args.n_patches,
+            args.gradient_accumulation_steps,
+            budget.bytes,
+        )?);
+    }
+    emit(Event::Budget {
+        bytes: budget.bytes,
+        source: budget.source,
     });
     let mut trainer = match &args.resume {
         Some(dir) => Trainer::resume(dir, length_from(&args), backend, options)

@@ -6,6 +6,9 @@
 //! and the trainer reads it after forward, backward and the optimizer step.
 
 pub mod alloc;
+mod budget;
+
+pub use budget::{Budget, OverBudget, SizeError, parse_size};
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -39,6 +42,7 @@ pub struct MemoryMeter {
     device: Device,
     source: MemorySource,
     sampled_peak: u64,
+    budget: Option<Budget>,
 }
 
 impl MemoryMeter {
@@ -58,6 +62,30 @@ impl MemoryMeter {
             device: device.clone(),
             source,
             sampled_peak: 0,
+            budget: None,
+        }
+    }
+
+    /// Treats readings above `budget` as out-of-memory (see [`MemoryMeter::check`]).
+    pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    pub fn budget(&self) -> Option<&Budget> {
+        self.budget.as_ref()
+    }
+
+    /// Samples, and reports out-of-memory when the peak since the last reset is above the
+    /// budget: the guard that makes a budget behave like a device that size.
+    pub fn check(&mut self) -> Result<MemoryReading, OverBudget> {
+        let reading = self.sample();
+        match self.budget.as_ref().and_then(Budget::bytes) {
+            Some(budget) if reading.peak_bytes > budget => Err(OverBudget {
+                peak_bytes: reading.peak_bytes,
+                budget_bytes: budget,
+            }),
+            _ => Ok(reading),
         }
     }
 

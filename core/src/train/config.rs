@@ -39,6 +39,9 @@ pub struct TrainConfig {
     pub placement: PatchPlacement,
     /// Micro-batches per optimizer step.
     pub accumulation: usize,
+    /// burn's balanced gradient checkpointing (seed 001's `--use_gradient_checkpointing`).
+    #[serde(default)]
+    pub checkpointing: bool,
     pub length: RunLength,
     pub lr: f64,
     pub min_lr: f64,
@@ -73,6 +76,7 @@ impl Default for TrainConfig {
             stride: 32,
             placement: PatchPlacement::Random,
             accumulation: 1,
+            checkpointing: false,
             length: RunLength::Epochs(16),
             lr: 1e-3,
             min_lr: 0.0,
@@ -98,6 +102,15 @@ pub enum ConfigError {
     LearningRate(f64),
     #[error("--clip-norm must be a positive finite number (got {0})")]
     ClipNorm(f64),
+    #[error(
+        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation} is not          the run's effective batch of {effective_batch} patches; keep the product the same"
+    )]
+    SplitChangesEffectiveBatch {
+        micro_batch: usize,
+        accumulation: usize,
+        n_patches: usize,
+        effective_batch: usize,
+    },
 }
 
 impl TrainConfig {

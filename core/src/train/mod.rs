@@ -25,9 +25,14 @@ use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
 use crate::data::{Normalization, TrainStream, clip_patches};
 use crate::eval;
-use crate::events::{EvaluationReport, Event, EventSink, RunInfo, StepReport};
-use crate::memory::MemoryMeter;
+use crate::events::{EvaluationReport, Event, EventSink, RecoveryReport, RunInfo, StepReport};
+use crate::memory::{Budget, MemoryMeter};
 use crate::model::VqAutoencoder;
+use crate::plan::{Plan, Planning, PlanningError};
+
+/// Out-of-memory recoveries in a row before a run stops: each halves the micro-batch, so
+/// three that all fail mean the budget is far below what the plan measured.
+pub const MAX_RECOVERIES_IN_A_ROW: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -51,6 +56,21 @@ pub enum TrainError {
         "the loss became {loss} at step {step}; lower --lr or check the data for NaN/inf values"
     )]
     NonFinite { step: u64, loss: f64 },
+    #[error(transparent)]
+    Planning(#[from] PlanningError),
+    #[error(transparent)]
+    Step(#[from] step::StepError),
+    #[error(
+        "out of memory at step {step} after {recoveries} recoveries in a row, at micro-batch          {micro_batch} x {n_patches} patches: {detail}. {saved}Raise --memory-budget,          free device memory, or lower the effective batch"
+    )]
+    OutOfMemory {
+        step: u64,
+        recoveries: u32,
+        micro_batch: usize,
+        n_patches: usize,
+        detail: String,
+        saved: String,
+    },
 }
 
 /// Run-time options that are not part of the run's identity.
@@ -62,6 +82,12 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// Set from another thread to stop at the next step boundary, with a checkpoint.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Plan micro-batch, patches, accumulation and checkpointing before training (the
+    /// config's values for those are replaced, its effective batch is not).
+    pub planning: Option<Planning>,
+    /// Measured memory above this is out-of-memory: the run recovers by shrinking its
+    /// micro-batch. Shared, so it can change while the run goes.
+    pub budget: Option<Budget>,
 }
 
 /// Clips of a run, split into train, validation and test.
@@ -162,6 +188,48 @@ pub struct Trainer {
     validation: Vec<Clip>,
     test: Vec<Clip>,
     meter: MemoryMeter,
+    plan: Option<Plan>,
+    /// Planning events, emitted when the run starts.
+    pending: Vec<Event>,
+}
+
+/// Plans the run when asked, before its model exists, so that the dry-run measures the
+/// step alone; the config takes the plan's micro-batch, patches, accumulation and
+/// checkpointing.
+fn plan_run(
+    config: &mut TrainConfig,
+    options: &RunOptions,
+) -> Result<(Option<Plan>, Vec<Event>), TrainError> {
+    let Some(planning) = &options.planning else {
+        return Ok((None, Vec::new()));
+    };
+    let plain = config.backend.device()?;
+    let resident = MemoryMeter::new(config.backend, &plain)
+        .sample()
+        .allocated_bytes;
+    let mut events = Vec::new();
+    let prepared = crate::plan::prepare(
+        config.backend,
+        &config.model,
+        planning,
+        resident,
+        &mut events,
+    )?;
+    let plan = prepared.plan;
+    config.micro_batch = plan.micro_batch;
+    config.n_patches = plan.n_patches;
+    config.accumulation = plan.accumulation;
+    config.checkpointing = plan.checkpointing;
+    Ok((Some(plan), events))
+}
+
+/// The next smaller micro-batch of the same step: divided by its smallest factor (halved
+/// when even), with accumulation multiplied by that factor. Patches per spectrogram stay:
+/// changing them would change which spectrograms a step reads.
+fn shrink(micro_batch: usize) -> Option<(usize, usize)> {
+    (2..=micro_batch)
+        .find(|f| micro_batch.is_multiple_of(*f))
+        .map(|f| (micro_batch / f, f))
 }
 
 impl Trainer {
@@ -177,11 +245,13 @@ impl Trainer {
                 step: state.step,
             });
         }
-        let device = config.backend.device()?.autodiff();
-        device.seed(config.seed);
-        let model = config.model.init(&device);
         let splits = Splits::load(&config);
         let normalization = Normalization::fit(&splits.train);
+        let mut config = config;
+        let planned = plan_run(&mut config, &options)?;
+        let device = config.backend.training_device(config.checkpointing)?;
+        device.seed(config.seed);
+        let model = config.model.init(&device);
         let start = Start {
             device,
             model,
@@ -189,7 +259,7 @@ impl Trainer {
             step: 0,
             normalization,
         };
-        Self::assemble(config, options, start, splits)
+        Self::assemble(config, options, start, splits, planned)
     }
 
     /// Continues the run saved at `path`. `length` replaces the saved run length (to train
@@ -204,12 +274,19 @@ impl Trainer {
         if let Some(backend) = backend {
             config.backend = backend;
         }
-        let device = config.backend.device()?.autodiff();
-        let loaded = checkpoint::load(path, &device)?;
         if let Some(length) = length {
             config.length = length;
         }
         let splits = Splits::load(&config);
+        // A resumed run may be planned again (another device, another budget); its
+        // effective batch stays, so the run goes on as it was.
+        let mut options = options;
+        if let Some(planning) = &mut options.planning {
+            planning.effective_batch = config.effective_batch();
+        }
+        let planned = plan_run(&mut config, &options)?;
+        let device = config.backend.training_device(config.checkpointing)?;
+        let loaded = checkpoint::load(path, &device)?;
         let start = Start {
             device,
             model: loaded.model,
@@ -217,7 +294,7 @@ impl Trainer {
             step: loaded.state.step,
             normalization: loaded.state.normalization,
         };
-        Self::assemble(config, options, start, splits)
+        Self::assemble(config, options, start, splits, planned)
     }
 
     fn assemble(
@@ -225,6 +302,7 @@ impl Trainer {
         options: RunOptions,
         start: Start,
         splits: Splits,
+        (plan, pending): (Option<Plan>, Vec<Event>),
     ) -> Result<Self, TrainError> {
         let Start {
             device,
@@ -252,7 +330,7 @@ impl Trainer {
         config
             .quantizer_warmup_steps
             .get_or_insert(total_steps / 10);
-        let meter = MemoryMeter::new(config.backend, &device);
+        let meter = MemoryMeter::new(config.backend, &device).with_budget(options.budget.clone());
         Ok(Self {
             config,
             options,
@@ -266,7 +344,33 @@ impl Trainer {
             validation,
             test,
             meter,
+            plan,
+            pending,
         })
+    }
+
+    /// The plan the run trains with, when it was planned.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+
+    /// Changes how the effective batch is split from the next step on; the effective batch
+    /// itself must stay (seed 002's resume with a smaller batch and more accumulation).
+    pub fn set_split(&mut self, micro_batch: usize, accumulation: usize) -> Result<(), TrainError> {
+        let effective = self.config.effective_batch();
+        let n = self.config.n_patches;
+        if micro_batch == 0 || accumulation == 0 || micro_batch * n * accumulation != effective {
+            return Err(ConfigError::SplitChangesEffectiveBatch {
+                micro_batch,
+                accumulation,
+                n_patches: n,
+                effective_batch: effective,
+            }
+            .into());
+        }
+        self.config.micro_batch = micro_batch;
+        self.config.accumulation = accumulation;
+        Ok(())
     }
 
     pub fn config(&self) -> &TrainConfig {
@@ -305,6 +409,10 @@ impl Trainer {
             test_clips: self.test.len(),
             parameters: self.model.num_params(),
             memory_source: self.meter.source(),
+            precision: "f32".into(),
+            checkpointing: c.checkpointing,
+            budget_bytes: self.meter.budget().and_then(Budget::bytes),
+            predicted_peak_bytes: self.plan.as_ref().map(|p| p.predicted_peak_bytes),
         }
     }
 
@@ -312,15 +420,28 @@ impl Trainer {
     /// validation pass and, when there is an output directory, a checkpoint.
     pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
         let started = Instant::now();
+        for event in self.pending.drain(..) {
+            sink.emit(event);
+        }
         sink.emit(Event::Config(self.run_info()));
         let clips_per_step = self.config.clips_per_step() as u64;
         let mut stopped_early = false;
+        let mut recoveries = 0u32;
         while self.step < self.total_steps {
             if self.should_stop() {
                 stopped_early = true;
                 break;
             }
-            let report = self.train_step()?;
+            let report = match self.train_step() {
+                Ok(report) => report,
+                Err(TrainError::Step(error)) if error.is_out_of_memory() => {
+                    recoveries += 1;
+                    self.recover(error, recoveries, sink)?;
+                    continue;
+                }
+                Err(other) => return Err(other),
+            };
+            recoveries = 0;
             let step = self.step;
             sink.emit(Event::Step(report));
 
@@ -359,6 +480,52 @@ impl Trainer {
             stopped_early,
             elapsed_s: started.elapsed().as_secs_f64(),
         });
+        Ok(())
+    }
+
+    /// After an out-of-memory step: free what it held, split the effective batch finer, and
+    /// let the loop redo the step. Nothing of the model or optimizer changed (see
+    /// [`step::StepError`]), so the redone step is the step a smaller plan would have run.
+    fn recover(
+        &mut self,
+        error: step::StepError,
+        in_a_row: u32,
+        sink: &mut dyn EventSink,
+    ) -> Result<(), TrainError> {
+        self.meter.cleanup();
+        let c = &self.config;
+        let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
+        let next = shrink(mb).filter(|_| in_a_row <= MAX_RECOVERIES_IN_A_ROW);
+        let Some((to_mb, factor)) = next else {
+            let saved = match self.checkpoint(sink) {
+                Ok(()) if self.options.out_dir.is_some() => {
+                    format!("Step {} is saved; continue with --resume. ", self.step)
+                }
+                _ => String::new(),
+            };
+            return Err(TrainError::OutOfMemory {
+                step: self.step + 1,
+                recoveries: in_a_row - 1,
+                micro_batch: mb,
+                n_patches: n,
+                detail: error.to_string(),
+                saved,
+            });
+        };
+        tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
+        self.config.micro_batch = to_mb;
+        self.config.accumulation = acc * factor;
+        sink.emit(Event::Recovery(RecoveryReport {
+            step: self.step + 1,
+            error: error.to_string(),
+            from_micro_batch: mb,
+            to_micro_batch: to_mb,
+            n_patches: n,
+            from_accumulation: acc,
+            to_accumulation: acc * factor,
+            effective_batch: self.config.effective_batch(),
+            in_a_row,
+        }));
         Ok(())
     }
 
@@ -411,7 +578,7 @@ impl Trainer {
             micro_batches,
             settings,
             &mut self.meter,
-        );
+        )?;
         if !outcome.loss.is_finite() {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,
@@ -435,6 +602,7 @@ impl Trainer {
             mem_allocated_bytes: memory.allocated_bytes,
             mem_peak_bytes: memory.peak_bytes,
             mem_reserved_bytes: memory.reserved_bytes,
+            mem_budget_bytes: self.meter.budget().and_then(Budget::bytes),
         })
     }
 

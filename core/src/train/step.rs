@@ -5,8 +5,34 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
-use crate::memory::MemoryMeter;
+use crate::memory::{MemoryMeter, OverBudget};
 use crate::model::VqAutoencoder;
+
+/// Why a step could not finish. Nothing of the model or the optimizer has changed when one
+/// of these comes back: the optimizer only runs after every micro-batch has succeeded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepError {
+    /// The measured peak passed the run's budget.
+    #[error(transparent)]
+    OverBudget(#[from] OverBudget),
+    /// The device reported an error (cubecl's `Err` from `sync`), e.g. out of memory.
+    #[error("the device failed during the step: {0}")]
+    Device(String),
+}
+
+impl StepError {
+    /// Whether a smaller micro-batch could help.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            StepError::OverBudget(_) => true,
+            StepError::Device(reason) => {
+                let r = reason.to_ascii_lowercase();
+                !r.contains("poisoned")
+                    && (r.contains("memory") || r.contains("alloc") || r.contains("oom"))
+            }
+        }
+    }
+}
 
 /// What a step measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,7 +61,7 @@ pub fn micro_batch_gradients(
     patches: Tensor<4>,
     accumulation: usize,
     objective: Objective,
-) -> (GradientsParams, f64, f64) {
+) -> Result<(GradientsParams, f64, f64), StepError> {
     let (total, reconstruction) = match objective {
         Objective::VectorQuantized => {
             let output = model.forward(patches.clone());
@@ -49,34 +75,40 @@ pub fn micro_batch_gradients(
         }
     };
     let scaled = total.div_scalar(accumulation as f32);
+    let device = scaled.device();
     let grads = scaled.backward();
+    // cubecl reports an allocation that failed here, as an error rather than a panic later.
+    if let Err(error) = device.sync() {
+        return Err(StepError::Device(error.to_string()));
+    }
     let total = scaled.into_scalar::<f32>() as f64;
     let reconstruction = reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
-    (
+    Ok((
         GradientsParams::from_grads(grads, model),
         total,
         reconstruction,
-    )
+    ))
 }
 
-/// Runs the micro-batches of one step and returns their summed gradients.
+/// Runs the micro-batches of one step and returns their summed gradients. Stops at the
+/// first micro-batch whose peak passes the meter's budget.
 pub fn accumulate_gradients(
     model: &VqAutoencoder,
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
     accumulation: usize,
     objective: Objective,
     meter: &mut MemoryMeter,
-) -> (GradientsParams, f64, f64) {
+) -> Result<(GradientsParams, f64, f64), StepError> {
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     for patches in micro_batches {
-        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation, objective);
-        meter.sample();
+        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation, objective)?;
+        meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
         reconstruction += r;
     }
-    (accumulator.grads(), loss, reconstruction)
+    Ok((accumulator.grads(), loss, reconstruction))
 }
 
 /// How one optimizer step runs.
@@ -95,7 +127,7 @@ pub fn optimizer_step(
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
     settings: StepSettings,
     meter: &mut MemoryMeter,
-) -> (VqAutoencoder, StepOutcome) {
+) -> Result<(VqAutoencoder, StepOutcome), StepError> {
     let StepSettings {
         accumulation,
         lr,
@@ -103,21 +135,23 @@ pub fn optimizer_step(
         objective,
     } = settings;
     let (mut grads, loss, reconstruction_loss) =
-        accumulate_gradients(&model, micro_batches, accumulation, objective, meter);
+        accumulate_gradients(&model, micro_batches, accumulation, objective, meter)?;
     let grad_norm = match clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => global_norm(&model, &grads),
     };
     let model = optimizer.step(lr, model, grads);
+    // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
+    // guarded: the plan's fixed cost already holds it.
     meter.sample();
-    (
+    Ok((
         model,
         StepOutcome {
             loss,
             reconstruction_loss,
             grad_norm,
         },
-    )
+    ))
 }
 
 /// L2 norm of all gradients together, as `torch.nn.utils.clip_grad_norm_` measures it.
@@ -220,10 +254,11 @@ mod tests {
             1,
             Objective::VectorQuantized,
             &mut meter,
-        );
+        )
+        .unwrap();
         let parts: Vec<_> = (0..4).map(|i| x.clone().narrow(0, i * 2, 2)).collect();
         let (accumulated, loss_parts, _) =
-            accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter);
+            accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter).unwrap();
         let (a, b) = (flatten(&model, &whole), flatten(&model, &accumulated));
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
@@ -248,7 +283,8 @@ mod tests {
             1,
             Objective::VectorQuantized,
             &mut meter,
-        );
+        )
+        .unwrap();
         let before = flatten(&model, &grads);
         let norm = global_norm(&model, &grads);
         let direct = before

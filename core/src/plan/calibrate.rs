@@ -1,0 +1,183 @@
+//! Measures real training steps on the device to fit the memory and speed models: the
+//! planner predicts from what this device did, not from a table.
+
+use std::time::Instant;
+
+use burn::tensor::{Distribution, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::memory::{LinearCost, MemoryModel};
+use super::search::SpeedModel;
+use crate::backend::{BackendError, BackendKind};
+use crate::checkpoint::new_optimizer;
+use crate::memory::MemoryMeter;
+use crate::model::VqAutoencoderConfig;
+use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+
+/// Patches per micro-batch of the two calibration steps. Far enough apart for a slope, small
+/// enough to fit the smallest budgets the planner serves (about 100 MiB on a CPU).
+pub const CALIBRATION_PATCHES: [usize; 2] = [4, 16];
+
+/// Relative margin on every memory prediction. Allocator peaks vary slightly from step to
+/// step (under 1% on flex once the process is warm), and a prediction must err high.
+pub const MEMORY_MARGIN: f64 = 0.02;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("a calibration step failed: {0}")]
+    Step(#[from] StepError),
+    #[error(
+        "nothing measures memory on {0} in this build, so the planner cannot calibrate; \
+         set --micro-batch and --accumulation yourself"
+    )]
+    Unmeasured(BackendKind),
+}
+
+/// One measured training step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepMeasurement {
+    pub patches: usize,
+    pub checkpointing: bool,
+    /// Peak bytes of the step above what was allocated before the model existed.
+    pub peak_bytes: u64,
+    /// Time of one micro-batch step, after a warm-up step.
+    pub seconds: f64,
+}
+
+/// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
+/// `patches` random patches per micro-batch, on a model of its own that is dropped after.
+pub fn measure_step(
+    backend: BackendKind,
+    model: &VqAutoencoderConfig,
+    patches: usize,
+    checkpointing: bool,
+) -> Result<StepMeasurement, CalibrationError> {
+    let device = backend.training_device(checkpointing)?;
+    let mut meter = MemoryMeter::new(backend, &device);
+    if meter.source() == crate::memory::MemorySource::Unmeasured {
+        return Err(CalibrationError::Unmeasured(backend));
+    }
+    meter.cleanup();
+    let before = meter.sample().allocated_bytes;
+    let measurement = {
+        device.seed(7);
+        let mut net = model.init(&device);
+        let mut optimizer = new_optimizer();
+        let settings = StepSettings {
+            accumulation: 1,
+            lr: 1e-4,
+            clip_norm: Some(1.0),
+            objective: Objective::VectorQuantized,
+        };
+        let mut seconds = 0.0;
+        let mut peak = 0;
+        for round in 0..2 {
+            let batch = Tensor::<4>::random(
+                [patches, 1, 64, 64],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            meter.reset_peak();
+            let started = Instant::now();
+            let (next, _) = optimizer_step(net, &mut optimizer, [batch], settings, &mut meter)?;
+            net = next;
+            let _ = device.sync();
+            if round == 1 {
+                seconds = started.elapsed().as_secs_f64();
+                peak = meter.sample().peak_bytes;
+            }
+        }
+        StepMeasurement {
+            patches,
+            checkpointing,
+            peak_bytes: peak.saturating_sub(before),
+            seconds,
+        }
+    };
+    meter.cleanup();
+    Ok(measurement)
+}
+
+/// What calibration measured and the models fitted to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub backend: BackendKind,
+    pub memory: MemoryModel,
+    pub speed: SpeedModel,
+    pub measurements: Vec<StepMeasurement>,
+}
+
+/// Four measured steps: two micro-batch sizes, with and without checkpointing.
+pub fn calibrate(
+    backend: BackendKind,
+    model: &VqAutoencoderConfig,
+) -> Result<Calibration, CalibrationError> {
+    let [small, large] = CALIBRATION_PATCHES;
+    // The first step in a process also sets up what stays for its life (thread pools, kernel
+    // caches); measured, that would count as the step's own cost.
+    measure_step(backend, model, 1, false)?;
+    let mut measurements = Vec::with_capacity(4);
+    for checkpointing in [false, true] {
+        for patches in [small, large] {
+            measurements.push(measure_step(backend, model, patches, checkpointing)?);
+        }
+    }
+    Ok(fit(backend, measurements))
+}
+
+/// Fits the models to measurements; expects the plain pair first, then the checkpointed pair.
+pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibration {
+    let pair = |ckpt: bool| -> Vec<&StepMeasurement> {
+        measurements
+            .iter()
+            .filter(|m| m.checkpointing == ckpt)
+            .collect()
+    };
+    let line = |ms: &[&StepMeasurement], f: fn(&StepMeasurement) -> f64| match ms {
+        [a, b, ..] => Some(LinearCost::fit((a.patches, f(a)), (b.patches, f(b)))),
+        [a] => Some(LinearCost {
+            fixed: f(a),
+            per_patch: 0.0,
+        }),
+        [] => None,
+    };
+    let (plain, ckpt) = (pair(false), pair(true));
+    let bytes = |m: &StepMeasurement| m.peak_bytes as f64;
+    let secs = |m: &StepMeasurement| m.seconds;
+    let memory = MemoryModel {
+        plain: line(&plain, bytes).unwrap_or(LinearCost {
+            fixed: 0.0,
+            per_patch: 0.0,
+        }),
+        checkpointed: line(&ckpt, bytes),
+        margin: MEMORY_MARGIN,
+    };
+    // A negative fixed time is noise on a nearly proportional cost, not a real speed-up of
+    // small micro-batches; read it as proportional.
+    let plain_time = line(&plain, secs).map_or(
+        LinearCost {
+            fixed: 1.0,
+            per_patch: 0.0,
+        },
+        |t| LinearCost {
+            fixed: t.fixed.max(0.0),
+            per_patch: t.per_patch,
+        },
+    );
+    // The ratio at the larger calibration size, where fixed costs weigh least.
+    let checkpointing_factor = match (plain.last(), ckpt.last()) {
+        (Some(p), Some(c)) if p.seconds > 0.0 => (c.seconds / p.seconds).max(1.0),
+        _ => 1.25,
+    };
+    Calibration {
+        backend,
+        memory,
+        speed: SpeedModel {
+            micro_batch_s: plain_time,
+            checkpointing_factor,
+        },
+        measurements,
+    }
+}

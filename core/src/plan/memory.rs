@@ -1,0 +1,196 @@
+//! The memory model of a training step: what the planner predicts before it runs anything.
+//!
+//! Two layers. The analytic breakdown names where the bytes go (parameters, gradients,
+//! AdamW's two moments, the activations autodiff keeps per patch, the input batch, the
+//! quantizer's distance matrix), from the model's layer shapes. The prediction itself comes
+//! from measurements: real steps at two micro-batch sizes on the device give a fixed cost
+//! and a cost per patch ([`LinearCost::fit`]); what the measured total holds beyond the
+//! analytic parts is the backend's overhead (allocator rounding, im2col buffers, kernels'
+//! workspaces), which no layer table knows.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::VqAutoencoderConfig;
+
+const F32: u64 = 4;
+const PATCH: u64 = 64;
+
+/// `fixed + per_patch x patches`, in bytes or seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinearCost {
+    pub fixed: f64,
+    pub per_patch: f64,
+}
+
+impl LinearCost {
+    /// The line through two measurements `(patches, cost)`. A negative slope (noise on a
+    /// flat cost) is read as flat at the larger measurement, so predictions never fall
+    /// below what was seen.
+    pub fn fit(a: (usize, f64), b: (usize, f64)) -> Self {
+        let ((pa, ca), (pb, cb)) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+        if pb == pa {
+            return Self {
+                fixed: ca.max(cb),
+                per_patch: 0.0,
+            };
+        }
+        let per_patch = ((cb - ca) / (pb - pa) as f64).max(0.0);
+        let fixed = if per_patch == 0.0 {
+            ca.max(cb)
+        } else {
+            ca - per_patch * pa as f64
+        };
+        Self { fixed, per_patch }
+    }
+
+    pub fn at(&self, patches: usize) -> f64 {
+        self.fixed + self.per_patch * patches as f64
+    }
+}
+
+/// Measured memory of a training step on one device, above what the process held before
+/// the model existed (the dataset, on a CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MemoryModel {
+    pub plain: LinearCost,
+    /// With burn's balanced gradient checkpointing; `None` when it was not measured.
+    pub checkpointed: Option<LinearCost>,
+    /// Relative margin added to every prediction, so that a prediction errs high.
+    pub margin: f64,
+}
+
+impl MemoryModel {
+    /// Predicted peak bytes of a step with `patches` patches per micro-batch.
+    pub fn predict(&self, patches: usize, checkpointing: bool) -> Option<u64> {
+        let cost = if checkpointing {
+            self.checkpointed?
+        } else {
+            self.plain
+        };
+        Some((cost.at(patches).max(0.0) * (1.0 + self.margin)).ceil() as u64)
+    }
+}
+
+/// Where a step's bytes go, by the model's shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Breakdown {
+    pub parameters: u64,
+    pub gradients: u64,
+    /// AdamW's first and second moments.
+    pub optimizer: u64,
+    /// What autodiff keeps for backward, for the micro-batch.
+    pub activations: u64,
+    /// The micro-batch's input patches and the quantizer's distance matrix.
+    pub data: u64,
+    /// The measured prediction minus the parts above (allocator and kernel workspaces).
+    pub overhead: u64,
+    /// In use before training: the dataset on a CPU, nothing on a GPU.
+    pub resident: u64,
+    /// Budget minus the prediction (and minus what was resident before training).
+    pub free: u64,
+}
+
+/// Parameters of the default model, as PyTorch counts them.
+pub fn parameter_count(model: &VqAutoencoderConfig) -> u64 {
+    let conv = |i: u64, o: u64, k: u64| i * o * k * k + o;
+    let c = model.latent_channels as u64;
+    conv(1, 32, 3)
+        + conv(32, 64, 3)
+        + conv(64, 96, 3)
+        + conv(96, c, 3)
+        + model.codes as u64 * c
+        + conv(c, 96, 4)
+        + conv(96, 64, 4)
+        + conv(64, 32, 4)
+        + conv(32, 1, 3)
+}
+
+/// Floats autodiff keeps per patch: every layer's output and, where a ReLU follows, its
+/// output too (the ReLU's backward needs it), plus the latent, its quantized copy and the
+/// reconstruction error the loss differentiates.
+pub fn activation_floats_per_patch(model: &VqAutoencoderConfig) -> u64 {
+    let c = model.latent_channels as u64;
+    let map = |channels: u64, side: u64| channels * side * side;
+    let encoder = 2 * (map(32, 32) + map(64, 16) + map(96, 8)) + map(c, 8);
+    let quantizer = 2 * map(c, 8);
+    let decoder = 2 * (map(96, 16) + map(64, 32) + map(32, 64)) + map(1, 64);
+    let loss = map(1, 64);
+    encoder + quantizer + decoder + loss
+}
+
+/// The breakdown of a step with `patches` per micro-batch, its overhead taken from the
+/// measured prediction.
+pub fn breakdown(
+    model: &VqAutoencoderConfig,
+    patches: usize,
+    predicted: u64,
+    resident: u64,
+    budget: u64,
+) -> Breakdown {
+    let p = patches as u64;
+    let parameters = parameter_count(model) * F32;
+    let latent_positions = p * 8 * 8;
+    let data = p * PATCH * PATCH * F32 + latent_positions * model.codes as u64 * F32;
+    let mut b = Breakdown {
+        parameters,
+        gradients: parameters,
+        optimizer: 2 * parameters,
+        activations: p * activation_floats_per_patch(model) * F32,
+        data,
+        overhead: 0,
+        resident,
+        free: budget.saturating_sub(resident + predicted),
+    };
+    let named = b.parameters + b.gradients + b.optimizer + b.activations + b.data;
+    b.overhead = predicted.saturating_sub(named);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_through_two_measurements_predicts_between_and_beyond() {
+        let cost = LinearCost::fit((16, 1_000.0 + 16.0 * 50.0), (4, 1_000.0 + 4.0 * 50.0));
+        assert!((cost.fixed - 1_000.0).abs() < 1e-9);
+        assert!((cost.per_patch - 50.0).abs() < 1e-9);
+        assert!((cost.at(64) - 4_200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_falling_measurement_never_predicts_less_than_was_seen() {
+        let cost = LinearCost::fit((4, 1_000.0), (8, 990.0));
+        assert_eq!(cost.per_patch, 0.0);
+        assert_eq!(cost.at(1), 1_000.0);
+    }
+
+    #[test]
+    fn the_margin_only_raises_predictions_and_checkpointing_needs_a_measurement() {
+        let model = MemoryModel {
+            plain: LinearCost {
+                fixed: 100.0,
+                per_patch: 10.0,
+            },
+            checkpointed: None,
+            margin: 0.02,
+        };
+        assert_eq!(model.predict(10, false), Some(204));
+        assert_eq!(model.predict(10, true), None);
+    }
+
+    #[test]
+    fn the_analytic_count_matches_the_built_model() {
+        assert_eq!(parameter_count(&VqAutoencoderConfig::default()), 392_193);
+    }
+
+    #[test]
+    fn the_breakdown_adds_up_to_the_prediction_and_the_budget() {
+        let model = VqAutoencoderConfig::default();
+        let predicted = 200 << 20;
+        let b = breakdown(&model, 32, predicted, 50 << 20, 1 << 30);
+        let parts = b.parameters + b.gradients + b.optimizer + b.activations + b.data + b.overhead;
+        assert_eq!(parts, predicted);
+        assert_eq!(b.free, (1 << 30) - (250 << 20));
+    }
+}
