@@ -120,6 +120,9 @@ pub struct StepReport {
     pub grad_norm: f64,
     pub patches_per_s: f64,
     pub step_ms: f64,
+    /// The split this step ran with (it changes when a run recovers from out-of-memory).
+    pub micro_batch: usize,
+    pub accumulation: usize,
     pub mem_allocated_bytes: u64,
     pub mem_peak_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -184,6 +187,8 @@ mod tests {
             grad_norm: 2.0,
             patches_per_s: 40.0,
             step_ms: 800.0,
+            micro_batch: 8,
+            accumulation: 1,
             mem_allocated_bytes: 1,
             mem_peak_bytes: 2,
             mem_reserved_bytes: None,

@@ -599,6 +599,8 @@ impl Trainer {
             grad_norm: outcome.grad_norm,
             patches_per_s: c.effective_batch() as f64 / seconds,
             step_ms: seconds * 1e3,
+            micro_batch: c.micro_batch,
+            accumulation: c.accumulation,
             mem_allocated_bytes: memory.allocated_bytes,
             mem_peak_bytes: memory.peak_bytes,
             mem_reserved_bytes: memory.reserved_bytes,

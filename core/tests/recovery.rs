@@ -1,0 +1,184 @@
+//! Out-of-memory recovery, forced with the budget guard: the budget is lowered during a run
+//! so that step k no longer fits, and the run must go on with a smaller micro-batch and end
+//! where a run that used the smaller micro-batch from step k on ends.
+
+use headroom_core::events::Event;
+use headroom_core::memory::Budget;
+use headroom_core::memory::alloc::CountingAllocator;
+use headroom_core::model::flat_parameters;
+use headroom_core::train::{DatasetSource, TrainError};
+use headroom_core::{RunLength, RunOptions, TrainConfig, Trainer};
+
+// The budget guard reads host memory on flex, so this binary counts allocations.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+const MIB: u64 = 1 << 20;
+
+/// The guard reads the whole process's memory: tests here take turns, so that one test's
+/// allocations are not another's out-of-memory.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn config() -> TrainConfig {
+    let mut c = TrainConfig {
+        micro_batch: 4,
+        n_patches: 2,
+        accumulation: 1,
+        length: RunLength::Steps(6),
+        quantizer_warmup_steps: Some(2),
+        validation_every_nth_clip: 0,
+        ..TrainConfig::default()
+    };
+    let DatasetSource::Synthetic(data) = &mut c.dataset;
+    data.machine_ids = 1;
+    data.train_per_id = 12;
+    data.test_normal_per_id = 1;
+    data.test_anomaly_per_id = 1;
+    c
+}
+
+fn steps(events: &[Event]) -> Vec<(u64, usize, usize, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step(s) => Some((s.step, s.micro_batch, s.accumulation, s.mem_peak_bytes)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing() {
+    let _alone = alone();
+    const K: u64 = 3;
+    // Run A: after step K-1, the budget drops below what micro-batch 4 needs but above what
+    // 2 needs (each patch of this model costs about 4 MiB on flex; 4 patches separate them).
+    let budget = Budget::new(0);
+    let mut a = Trainer::new(
+        config(),
+        RunOptions {
+            budget: Some(budget.clone()),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let mut events = Vec::new();
+    let mut sink = |event: Event| {
+        if let Event::Step(s) = &event
+            && s.step == K - 1
+        {
+            budget.set(s.mem_peak_bytes - 8 * MIB);
+        }
+        events.push(event);
+    };
+    a.run(&mut sink).unwrap();
+
+    let recoveries: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Recovery(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!((r.step, r.from_micro_batch, r.to_micro_batch), (K, 4, 2));
+    assert_eq!((r.from_accumulation, r.to_accumulation), (1, 2));
+    assert_eq!(r.effective_batch, 8);
+
+    let done = steps(&events);
+    assert_eq!(
+        done.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=6).collect::<Vec<_>>(),
+        "every step once, none lost"
+    );
+    for &(step, micro_batch, accumulation, peak) in &done {
+        let expected = if step < K { (4, 1) } else { (2, 2) };
+        assert_eq!((micro_batch, accumulation), expected, "step {step}");
+        if step >= K {
+            assert!(
+                peak <= budget.bytes().unwrap(),
+                "step {step} peaked at {peak} over the budget"
+            );
+        }
+    }
+
+    // Run B: micro-batch 4 for K-1 steps, then 2 x 2 from step K on, by choice.
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = Trainer::new(
+        config(),
+        RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            stop_after: Some(K - 1),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    b.run(&mut Vec::new()).unwrap();
+    let mut b = Trainer::resume(dir.path(), None, None, RunOptions::default()).unwrap();
+    b.set_split(2, 2).unwrap();
+    b.run(&mut Vec::new()).unwrap();
+
+    let (pa, pb) = (flat_parameters(a.model()), flat_parameters(b.model()));
+    assert_eq!(pa.len(), pb.len());
+    let worst = pa
+        .iter()
+        .zip(&pb)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "parameters differ by up to {worst}");
+}
+
+#[test]
+fn a_budget_nothing_fits_in_stops_with_a_checkpoint_and_says_what_to_do() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let budget = Budget::new(0);
+    let mut trainer = Trainer::new(
+        config(),
+        RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            budget: Some(budget.clone()),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let mut sink = |event: Event| {
+        if let Event::Step(s) = &event
+            && s.step == 2
+        {
+            // Below what the model and optimizer alone hold: no micro-batch can fit.
+            budget.set(s.mem_allocated_bytes / 2);
+        }
+    };
+    let err = trainer.run(&mut sink).unwrap_err();
+    let TrainError::OutOfMemory {
+        step, micro_batch, ..
+    } = &err
+    else {
+        panic!("expected out-of-memory, got {err}");
+    };
+    assert_eq!((*step, *micro_batch), (3, 1));
+    let text = err.to_string();
+    assert!(
+        text.contains("--resume") && text.contains("--memory-budget"),
+        "{text}"
+    );
+    let saved = headroom_core::checkpoint::read_state(dir.path()).unwrap();
+    assert_eq!(saved.step, 2, "the last finished step is saved");
+}
+
+#[test]
+fn a_changed_split_must_keep_the_effective_batch() {
+    let _alone = alone();
+    let mut trainer = Trainer::new(config(), RunOptions::default()).unwrap();
+    let err = trainer.set_split(3, 1).unwrap_err().to_string();
+    assert!(err.contains("effective batch of 8"), "{err}");
+    trainer.set_split(1, 4).unwrap();
+}
