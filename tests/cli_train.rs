@@ -237,6 +237,14 @@ fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
     let config = events(&all, "config");
     assert_eq!(config[0]["backend"], "wgpu");
     assert_eq!(config[0]["memory_source"], "device_pool");
+    // The planner calibrated and dry-ran on the adapter itself.
+    let dry_runs = events(&all, "dry_run");
+    assert!(
+        dry_runs.last().is_some_and(|d| d["fits"] == true),
+        "{dry_runs:?}"
+    );
+    assert!(dry_runs[0]["measured_peak_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(events(&all, "plan").len(), 1);
     let steps = events(&all, "step");
     assert_eq!(steps.len(), 2);
     for s in steps {

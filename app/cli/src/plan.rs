@@ -59,6 +59,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
     } else {
         plan::prepare(backend, &model, &planning, resident, &mut events)?
     };
+    let dry_runs: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e, Event::DryRun(_)))
+        .collect();
     if args.json {
         let out = serde_json::json!({
             "backend": backend,
@@ -66,13 +70,13 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "plan": prepared.plan,
             "breakdown": prepared.breakdown,
             "calibration": prepared.calibration,
-            "dry_runs": events,
+            "dry_runs": dry_runs,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!("Budget: {} ({})", gib(budget.bytes), budget.source);
-    for event in &events {
+    for event in dry_runs {
         if let Event::DryRun(d) = event {
             println!("{}", crate::render::describe_dry_run(d));
         }

@@ -21,6 +21,14 @@ pub fn planning(
     accumulation: Option<usize>,
     budget_bytes: u64,
 ) -> Result<Planning> {
+    for (name, value) in [
+        ("--batch-size", micro_batch),
+        ("--n-patches", n_patches),
+        ("--gradient-accumulation-steps", accumulation),
+        ("--effective-batch", memory.effective_batch),
+    ] {
+        anyhow::ensure!(value != Some(0), "{name} must be at least 1 (got 0)");
+    }
     let defaults = TrainConfig::default();
     let effective_batch = memory.effective_batch.unwrap_or(
         micro_batch.unwrap_or(defaults.micro_batch)

@@ -28,7 +28,7 @@ use crate::eval;
 use crate::events::{EvaluationReport, Event, EventSink, RecoveryReport, RunInfo, StepReport};
 use crate::memory::{Budget, MemoryMeter};
 use crate::model::VqAutoencoder;
-use crate::plan::{Plan, Planning, PlanningError};
+use crate::plan::{Plan, PlanError, Planning, PlanningError};
 
 /// Out-of-memory recoveries in a row before a run stops: each halves the micro-batch, so
 /// three that all fail mean the budget is far below what the plan measured.
@@ -223,6 +223,37 @@ fn plan_run(
     Ok((Some(plan), events))
 }
 
+/// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
+/// (they decide what each step reads), and first tries its saved split, unless the user
+/// named another; only when that does not fit is the split planned afresh.
+fn replan_resumed(
+    config: &mut TrainConfig,
+    options: &RunOptions,
+) -> Result<(Option<Plan>, Vec<Event>), TrainError> {
+    let Some(asked) = options.planning else {
+        return Ok((None, Vec::new()));
+    };
+    let mut keep = asked;
+    keep.effective_batch = config.effective_batch();
+    keep.fixed.n_patches = Some(config.n_patches);
+    let mut saved = keep;
+    saved.fixed.micro_batch = asked.fixed.micro_batch.or(Some(config.micro_batch));
+    saved.fixed.accumulation = asked.fixed.accumulation.or(Some(config.accumulation));
+    saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
+    let with = |planning| RunOptions {
+        planning: Some(planning),
+        ..RunOptions::default()
+    };
+    match plan_run(config, &with(saved)) {
+        Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
+            if saved != keep =>
+        {
+            plan_run(config, &with(keep))
+        }
+        other => other,
+    }
+}
+
 /// The next smaller micro-batch of the same step: divided by its smallest factor (halved
 /// when even), with accumulation multiplied by that factor. Patches per spectrogram stay:
 /// changing them would change which spectrograms a step reads.
@@ -278,13 +309,8 @@ impl Trainer {
             config.length = length;
         }
         let splits = Splits::load(&config);
-        // A resumed run may be planned again (another device, another budget); its
-        // effective batch stays, so the run goes on as it was.
-        let mut options = options;
-        if let Some(planning) = &mut options.planning {
-            planning.effective_batch = config.effective_batch();
-        }
-        let planned = plan_run(&mut config, &options)?;
+        // A resumed run may be planned again (another device, another budget).
+        let planned = replan_resumed(&mut config, &options)?;
         let device = config.backend.training_device(config.checkpointing)?;
         let loaded = checkpoint::load(path, &device)?;
         let start = Start {

@@ -1,0 +1,143 @@
+//! End-to-end: `trainer-cli plan` and training under a memory budget.
+
+mod common;
+
+use common::{events, run_failing, run_json, run_json_document};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_plan_fits_its_budget_keeps_the_effective_batch_and_was_dry_run() {
+    let doc = run_json_document(&[
+        "plan",
+        "--backend",
+        "flex",
+        "--memory-budget",
+        "200MiB",
+        "--effective-batch",
+        "256",
+        "--json",
+    ]);
+    let plan = &doc["plan"];
+    let budget = 200 * MIB;
+    assert_eq!(plan["budget_bytes"], budget);
+    let split = ["micro_batch", "n_patches", "accumulation"]
+        .map(|k| plan[k].as_u64().unwrap())
+        .iter()
+        .product::<u64>();
+    assert_eq!(split, 256, "{plan}");
+    // 256 patches of about 4 MiB each cannot fit 200 MiB at once.
+    assert!(plan["accumulation"].as_u64().unwrap() > 1, "{plan}");
+    assert!(plan["predicted_peak_bytes"].as_u64().unwrap() <= budget);
+    let dry_runs = doc["dry_runs"].as_array().unwrap();
+    let last = dry_runs.last().expect("at least one dry-run");
+    assert_eq!(last["fits"], true);
+    assert!(last["measured_peak_bytes"].as_u64().unwrap() <= budget);
+    let b = &doc["breakdown"];
+    assert!(b["activations"].as_u64().unwrap() > b["parameters"].as_u64().unwrap());
+    assert!(
+        plan["reason"].as_str().unwrap().contains("would need"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
+    let doc = run_json_document(&[
+        "plan",
+        "--backend",
+        "flex",
+        "--what-if",
+        "--effective-batch",
+        "4096",
+        "--json",
+    ]);
+    let rows = doc["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
+    for wanted in [
+        "RTX 3070 Laptop",
+        "T4",
+        "RTX 3090",
+        "A100 40",
+        "A100 80",
+        "H100",
+        "CPU",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(wanted)),
+            "{wanted} missing from {names:?}"
+        );
+    }
+    // More memory never means a smaller micro-batch.
+    let patches: Vec<u64> = rows[..6]
+        .iter()
+        .map(|r| {
+            let p = &r["plan"]["Ok"];
+            p["micro_batch"].as_u64().unwrap() * p["n_patches"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(patches.windows(2).all(|w| w[0] <= w[1]), "{patches:?}");
+    assert!(
+        patches[0] < 4096,
+        "8 GiB should not hold 4096 patches at once"
+    );
+}
+
+#[test]
+fn an_impossible_budget_says_what_it_needs() {
+    let err = run_failing(&["plan", "--backend", "flex", "--memory-budget", "4MiB"]);
+    assert!(err.contains("nothing fits"), "{err}");
+    assert!(err.contains("--memory-budget"), "{err}");
+}
+
+#[test]
+fn bad_budget_flags_name_the_value() {
+    let err = run_failing(&["plan", "--backend", "flex", "--memory-budget", "two gigs"]);
+    assert!(err.contains("two gigs") && err.contains("2GiB"), "{err}");
+    let err = run_failing(&["plan", "--backend", "flex", "--simulate-device", "gtx480"]);
+    assert!(
+        err.contains("gtx480") && err.contains("rtx3070-laptop"),
+        "{err}"
+    );
+    let err = run_failing(&["plan", "--backend", "flex", "--memory-fraction", "1.5"]);
+    assert!(err.contains("--memory-fraction"), "{err}");
+}
+
+#[test]
+fn training_under_a_budget_stays_under_it_and_reports_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let budget = 256 * MIB;
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--backend",
+        "flex",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "8",
+        "--memory-budget",
+        "256MiB",
+        "--effective-batch",
+        "128",
+        "--steps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let plan = events(&all, "plan");
+    assert_eq!(plan.len(), 1);
+    let config = events(&all, "config")[0];
+    assert_eq!(config["effective_batch"], 128);
+    assert_eq!(config["budget_bytes"], budget);
+    assert_eq!(config["precision"], "f32");
+    assert!(config["checkpointing"].is_boolean());
+    assert!(config["predicted_peak_bytes"].as_u64().unwrap() <= budget);
+    for step in events(&all, "step") {
+        let peak = step["mem_peak_bytes"].as_u64().unwrap();
+        assert!(peak <= budget, "step peaked at {peak}");
+        assert_eq!(step["mem_budget_bytes"], budget);
+    }
+}
