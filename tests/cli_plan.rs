@@ -21,11 +21,12 @@ fn a_plan_fits_its_budget_keeps_the_effective_batch_and_was_dry_run() {
     let plan = &doc["plan"];
     let budget = 200 * MIB;
     assert_eq!(plan["budget_bytes"], budget);
-    let split = ["micro_batch", "n_patches", "accumulation"]
-        .map(|k| plan[k].as_u64().unwrap())
-        .iter()
-        .product::<u64>();
-    assert_eq!(split, 256, "{plan}");
+    assert_eq!(plan["effective_batch"], 256);
+    let [mb, n, acc] =
+        ["micro_batch", "n_patches", "accumulation"].map(|k| plan[k].as_u64().unwrap());
+    // The step's spectrograms fill every micro-batch but the last, which takes the rest.
+    let clips = 256 / n;
+    assert!(mb * (acc - 1) < clips && clips <= mb * acc, "{plan}");
     // 256 patches of about 4 MiB each cannot fit 200 MiB at once.
     assert!(plan["accumulation"].as_u64().unwrap() > 1, "{plan}");
     assert!(plan["predicted_peak_bytes"].as_u64().unwrap() <= budget);

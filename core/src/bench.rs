@@ -72,7 +72,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
         let batches = (0..config.accumulation)
             .map(|_| Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device));
         let settings = StepSettings {
-            accumulation: config.accumulation,
+            step_patches: n * config.accumulation,
             lr: 1e-3,
             clip_norm: Some(1.0),
             objective: Objective::VectorQuantized,

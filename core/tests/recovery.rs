@@ -122,7 +122,7 @@ fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing()
     .unwrap();
     b.run(&mut Vec::new()).unwrap();
     let mut b = Trainer::resume(dir.path(), None, None, RunOptions::default()).unwrap();
-    b.set_split(2, 2).unwrap();
+    b.set_micro_batch(2).unwrap();
     b.run(&mut Vec::new()).unwrap();
 
     let (pa, pb) = (flat_parameters(a.model()), flat_parameters(b.model()));
@@ -175,10 +175,12 @@ fn a_budget_nothing_fits_in_stops_with_a_checkpoint_and_says_what_to_do() {
 }
 
 #[test]
-fn a_changed_split_must_keep_the_effective_batch() {
+fn a_new_micro_batch_keeps_the_step() {
     let _alone = alone();
     let mut trainer = Trainer::new(config(), RunOptions::default()).unwrap();
-    let err = trainer.set_split(3, 1).unwrap_err().to_string();
-    assert!(err.contains("effective batch of 8"), "{err}");
-    trainer.set_split(1, 4).unwrap();
+    assert!(trainer.set_micro_batch(0).is_err());
+    trainer.set_micro_batch(3).unwrap();
+    let c = trainer.config();
+    assert_eq!(c.micro_batch_sizes(), vec![3, 1]);
+    assert_eq!((c.accumulation, c.effective_batch()), (2, 8));
 }

@@ -66,7 +66,7 @@ pub fn measure_step(
         let mut net = model.init(&device);
         let mut optimizer = new_optimizer();
         let settings = StepSettings {
-            accumulation: 1,
+            step_patches: patches,
             lr: 1e-4,
             clip_norm: Some(1.0),
             objective: Objective::VectorQuantized,

@@ -99,13 +99,11 @@ struct Candidate {
     micro_batch: usize,
     n_patches: usize,
     accumulation: usize,
+    /// Spectrograms in the step's last micro-batch.
+    last: usize,
     checkpointing: bool,
     needed: u64,
     patches_per_s: f64,
-}
-
-fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// Chooses the plan with the highest predicted throughput among those that fit.
@@ -133,21 +131,31 @@ pub fn search(
             continue;
         }
         let clips = request.effective_batch / n_patches;
-        for micro_batch in divisors(clips) {
-            let accumulation = clips / micro_batch;
+        // Any micro-batch: the last of a step takes the rest, so the largest that fits can
+        // be used whatever the effective batch.
+        for micro_batch in 1..=clips {
+            let accumulation = clips.div_ceil(micro_batch);
             if f.micro_batch.is_some_and(|m| m != micro_batch)
                 || f.accumulation.is_some_and(|a| a != accumulation)
             {
                 continue;
             }
+            // With accumulation fixed, the even split is the one the user means.
+            if f.accumulation.is_some() && micro_batch != clips.div_ceil(accumulation) {
+                continue;
+            }
             any_split = true;
+            let last = clips - (accumulation - 1) * micro_batch;
             for &ckpt in &checkpointing {
                 let patches = micro_batch * n_patches;
                 let Some(needed) = memory.predict(patches, ckpt) else {
                     continue;
                 };
                 if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
-                    smallest = Some((needed, describe(micro_batch, n_patches, accumulation, ckpt)));
+                    smallest = Some((
+                        needed,
+                        describe(micro_batch, n_patches, accumulation, last, ckpt),
+                    ));
                 }
                 if needed > available {
                     continue;
@@ -157,11 +165,14 @@ pub fn search(
                 } else {
                     1.0
                 };
-                let step_s = accumulation as f64 * speed.micro_batch_s.at(patches) * factor;
+                let step_s = ((accumulation - 1) as f64 * speed.micro_batch_s.at(patches)
+                    + speed.micro_batch_s.at(last * n_patches))
+                    * factor;
                 fits.push(Candidate {
                     micro_batch,
                     n_patches,
                     accumulation,
+                    last,
                     checkpointing: ckpt,
                     needed,
                     patches_per_s: request.effective_batch as f64 / step_s.max(1e-12),
@@ -184,15 +195,16 @@ pub fn search(
             .unwrap_or(PATCH_COUNTS.len());
         (c.checkpointing, order)
     };
-    // Within 3% of the best throughput counts as a tie, which the larger micro-batch wins:
-    // timing noise of a few calibration steps should not split the batch finer.
+    // Within 3% of the best throughput counts as a tie: timing noise of a few calibration
+    // steps should not decide. Ties go to no checkpointing, the preferred patch count, then
+    // the larger micro-batch.
     let best_rate = fits.iter().map(|c| c.patches_per_s).fold(0.0, f64::max);
     let Some(best) = fits
         .iter()
         .filter(|c| c.patches_per_s >= best_rate * 0.97)
         .min_by_key(|c| {
             let (ckpt, order) = preference(c);
-            (ckpt, std::cmp::Reverse(c.micro_batch * c.n_patches), order)
+            (ckpt, order, std::cmp::Reverse(c.micro_batch * c.n_patches))
         })
     else {
         let (needed, smallest) = smallest.unwrap_or((u64::MAX, "any step".into()));
@@ -219,9 +231,20 @@ pub fn search(
     })
 }
 
-fn describe(micro_batch: usize, n_patches: usize, accumulation: usize, ckpt: bool) -> String {
+fn describe(
+    micro_batch: usize,
+    n_patches: usize,
+    accumulation: usize,
+    last: usize,
+    ckpt: bool,
+) -> String {
+    let rest = if last == micro_batch {
+        String::new()
+    } else {
+        format!(" (the last {last})")
+    };
     format!(
-        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{}",
+        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{rest}{}",
         if ckpt { ", checkpointing" } else { "" }
     )
 }
@@ -248,6 +271,7 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
         best.micro_batch,
         best.n_patches,
         best.accumulation,
+        best.last,
         best.checkpointing,
     );
     let used = format!(
@@ -258,11 +282,10 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
     if best.accumulation == 1 {
         return format!("{head}: the whole effective batch fits in one micro-batch ({used})");
     }
-    let clips = request.effective_batch / best.n_patches;
-    let fixed_micro_batch = request.fixed.micro_batch.is_some();
-    let next = divisors(clips).into_iter().find(|&m| m > best.micro_batch);
+    let fixed = request.fixed.micro_batch.is_some() || request.fixed.accumulation.is_some();
+    let next = Some(best.micro_batch + 1);
     match next {
-        Some(next) if !fixed_micro_batch => {
+        Some(next) if !fixed => {
             let need = memory
                 .predict(next * best.n_patches, best.checkpointing)
                 .unwrap_or(u64::MAX);
@@ -341,11 +364,18 @@ mod tests {
     fn a_tight_budget_accumulates_and_keeps_the_effective_batch() {
         // 100 MiB - 10 resident - 20 fixed leaves 70 MiB: 35 plain patches, 70 checkpointed.
         let plan = search(&memory(), &speed(), &request(100)).unwrap();
-        assert_eq!(plan.micro_batch * plan.n_patches * plan.accumulation, 128);
+        assert_eq!(plan.effective_batch, 128);
+        // Full micro-batches and the last one hold the step's 32 spectrograms.
+        assert!(plan.micro_batch * (plan.accumulation - 1) < 32);
+        assert!(plan.micro_batch * plan.accumulation >= 32);
         assert!(plan.predicted_peak_bytes <= 100 * MIB);
-        // Checkpointed 64 patches (2 x 1.25 x 0.114 s) beat plain 32 (4 x 0.082 s).
+        // Checkpointed 17 x 4 patches ((0.118 + 0.110) x 1.25 s) beat plain 8 x 4 (4 x 0.082 s).
         assert!(plan.checkpointing);
-        assert_eq!(plan.patches_per_micro_batch(), 64);
+        assert_eq!(
+            (plan.micro_batch, plan.n_patches, plan.accumulation),
+            (17, 4, 2)
+        );
+        assert!(plan.reason.contains("the last 15"), "{}", plan.reason);
         assert!(plan.reason.contains("would need"), "{}", plan.reason);
     }
 
@@ -357,7 +387,10 @@ mod tests {
         };
         let plan = search(&memory(), &slow, &request(100)).unwrap();
         assert!(!plan.checkpointing);
-        assert_eq!(plan.patches_per_micro_batch(), 32);
+        assert_eq!(
+            (plan.micro_batch, plan.n_patches, plan.accumulation),
+            (8, 4, 4)
+        );
     }
 
     #[test]
@@ -389,6 +422,21 @@ mod tests {
         let plan = search(&memory(), &speed(), &r).unwrap();
         assert_eq!((plan.micro_batch, plan.n_patches), (1, 2));
         assert_eq!(plan.accumulation, 64);
+    }
+
+    #[test]
+    fn any_micro_batch_can_fill_the_budget_and_the_last_takes_the_rest() {
+        // 100 clips of 4 patches; 310 MiB - 10 - 20 leaves 280 MiB: 35 spectrograms at once.
+        let mut r = request(310);
+        r.effective_batch = 400;
+        r.fixed.checkpointing = Some(false);
+        let plan = search(&memory(), &speed(), &r).unwrap();
+        assert_eq!(
+            (plan.micro_batch, plan.n_patches, plan.accumulation),
+            (35, 4, 3)
+        );
+        assert!(plan.predicted_peak_bytes <= 310 * MIB);
+        assert!(plan.predicted_peak_bytes as f64 >= 0.9 * (310 * MIB) as f64);
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub struct TrainConfig {
     pub placement: PatchPlacement,
     /// Micro-batches per optimizer step.
     pub accumulation: usize,
+    /// Spectrograms per optimizer step when `micro_batch` does not divide it: the last
+    /// micro-batch takes the rest, so a planner can fill a budget with any micro-batch.
+    /// `None`: `micro_batch x accumulation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_clips: Option<usize>,
     /// burn's balanced gradient checkpointing (seed 001's `--use_gradient_checkpointing`).
     #[serde(default)]
     pub checkpointing: bool,
@@ -76,6 +81,7 @@ impl Default for TrainConfig {
             stride: 32,
             placement: PatchPlacement::Random,
             accumulation: 1,
+            step_clips: None,
             checkpointing: false,
             length: RunLength::Epochs(16),
             lr: 1e-3,
@@ -103,13 +109,14 @@ pub enum ConfigError {
     #[error("--clip-norm must be a positive finite number (got {0})")]
     ClipNorm(f64),
     #[error(
-        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation} is not          the run's effective batch of {effective_batch} patches; keep the product the same"
+        "a step of {step_clips} spectrograms cannot be split into {accumulation} micro-batches \
+         of at most {micro_batch}; use accumulation {expected}"
     )]
-    SplitChangesEffectiveBatch {
+    UnevenSplit {
+        step_clips: usize,
         micro_batch: usize,
         accumulation: usize,
-        n_patches: usize,
-        effective_batch: usize,
+        expected: usize,
     },
 }
 
@@ -124,12 +131,31 @@ impl TrainConfig {
 
     /// Patches per optimizer step.
     pub fn effective_batch(&self) -> usize {
-        self.micro_batch * self.n_patches * self.accumulation
+        self.clips_per_step() * self.n_patches
     }
 
     /// Spectrograms per optimizer step.
     pub fn clips_per_step(&self) -> usize {
-        self.micro_batch * self.accumulation
+        self.step_clips
+            .unwrap_or(self.micro_batch * self.accumulation)
+    }
+
+    /// Spectrograms in each micro-batch of a step: `micro_batch` each, the last the rest.
+    pub fn micro_batch_sizes(&self) -> Vec<usize> {
+        let clips = self.clips_per_step();
+        let mb = self.micro_batch.max(1);
+        (0..clips.div_ceil(mb))
+            .map(|i| mb.min(clips - i * mb))
+            .collect()
+    }
+
+    /// Splits the same step into micro-batches of at most `micro_batch` spectrograms.
+    pub fn set_micro_batch(&mut self, micro_batch: usize) {
+        let clips = self.clips_per_step();
+        let mb = micro_batch.clamp(1, clips.max(1));
+        self.micro_batch = mb;
+        self.accumulation = clips.div_ceil(mb);
+        self.step_clips = (mb * self.accumulation != clips).then_some(clips);
     }
 
     pub fn steps_per_epoch(&self, train_clips: usize) -> u64 {
@@ -165,6 +191,17 @@ impl TrainConfig {
         {
             return Err(ConfigError::ClipNorm(c));
         }
+        if let Some(clips) = self.step_clips {
+            let expected = clips.div_ceil(self.micro_batch);
+            if clips == 0 || expected != self.accumulation {
+                return Err(ConfigError::UnevenSplit {
+                    step_clips: clips,
+                    micro_batch: self.micro_batch,
+                    accumulation: self.accumulation,
+                    expected,
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -195,5 +232,31 @@ mod tests {
                 .to_string()
                 .contains("--gradient-accumulation-steps")
         );
+    }
+
+    #[test]
+    fn a_step_splits_into_any_micro_batch_and_keeps_its_spectrograms() {
+        let mut config = TrainConfig {
+            micro_batch: 8,
+            n_patches: 4,
+            accumulation: 4,
+            ..TrainConfig::default()
+        };
+        config.set_micro_batch(10);
+        assert_eq!(config.micro_batch_sizes(), vec![10, 10, 10, 2]);
+        assert_eq!((config.accumulation, config.effective_batch()), (4, 128));
+        config.validate().unwrap();
+        config.set_micro_batch(16);
+        assert_eq!(config.micro_batch_sizes(), vec![16, 16]);
+        assert_eq!(config.step_clips, None);
+        let broken = TrainConfig {
+            step_clips: Some(32),
+            accumulation: 3,
+            ..config
+        };
+        assert!(matches!(
+            broken.validate(),
+            Err(ConfigError::UnevenSplit { expected: 2, .. })
+        ));
     }
 }

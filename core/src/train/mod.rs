@@ -216,9 +216,9 @@ fn plan_run(
         &mut events,
     )?;
     let plan = prepared.plan;
-    config.micro_batch = plan.micro_batch;
     config.n_patches = plan.n_patches;
-    config.accumulation = plan.accumulation;
+    config.step_clips = Some(plan.effective_batch / plan.n_patches);
+    config.set_micro_batch(plan.micro_batch);
     config.checkpointing = plan.checkpointing;
     Ok((Some(plan), events))
 }
@@ -238,7 +238,6 @@ fn replan_resumed(
     keep.fixed.n_patches = Some(config.n_patches);
     let mut saved = keep;
     saved.fixed.micro_batch = asked.fixed.micro_batch.or(Some(config.micro_batch));
-    saved.fixed.accumulation = asked.fixed.accumulation.or(Some(config.accumulation));
     saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
     let with = |planning| RunOptions {
         planning: Some(planning),
@@ -254,13 +253,10 @@ fn replan_resumed(
     }
 }
 
-/// The next smaller micro-batch of the same step: divided by its smallest factor (halved
-/// when even), with accumulation multiplied by that factor. Patches per spectrogram stay:
-/// changing them would change which spectrograms a step reads.
-fn shrink(micro_batch: usize) -> Option<(usize, usize)> {
-    (2..=micro_batch)
-        .find(|f| micro_batch.is_multiple_of(*f))
-        .map(|f| (micro_batch / f, f))
+/// The micro-batch after an out-of-memory step: half, rounded up; the step keeps its
+/// spectrograms and patches (they decide what it reads), so accumulation grows instead.
+fn shrink(micro_batch: usize) -> Option<usize> {
+    (micro_batch > 1).then(|| micro_batch.div_ceil(2))
 }
 
 impl Trainer {
@@ -380,22 +376,17 @@ impl Trainer {
         self.plan.as_ref()
     }
 
-    /// Changes how the effective batch is split from the next step on; the effective batch
-    /// itself must stay (seed 002's resume with a smaller batch and more accumulation).
-    pub fn set_split(&mut self, micro_batch: usize, accumulation: usize) -> Result<(), TrainError> {
-        let effective = self.config.effective_batch();
-        let n = self.config.n_patches;
-        if micro_batch == 0 || accumulation == 0 || micro_batch * n * accumulation != effective {
-            return Err(ConfigError::SplitChangesEffectiveBatch {
-                micro_batch,
-                accumulation,
-                n_patches: n,
-                effective_batch: effective,
+    /// Splits each step into micro-batches of at most `micro_batch` spectrograms from the
+    /// next step on; the step itself, and so the run, stays the same (seed 002's resume with
+    /// a smaller batch and more accumulation).
+    pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
+        if micro_batch == 0 {
+            return Err(ConfigError::Zero {
+                name: "--batch-size",
             }
             .into());
         }
-        self.config.micro_batch = micro_batch;
-        self.config.accumulation = accumulation;
+        self.config.set_micro_batch(micro_batch);
         Ok(())
     }
 
@@ -522,7 +513,7 @@ impl Trainer {
         let c = &self.config;
         let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
         let next = shrink(mb).filter(|_| in_a_row <= MAX_RECOVERIES_IN_A_ROW);
-        let Some((to_mb, factor)) = next else {
+        let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
                 Ok(()) if self.options.out_dir.is_some() => {
                     format!("Step {} is saved; continue with --resume. ", self.step)
@@ -539,8 +530,7 @@ impl Trainer {
             });
         };
         tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
-        self.config.micro_batch = to_mb;
-        self.config.accumulation = acc * factor;
+        self.config.set_micro_batch(to_mb);
         sink.emit(Event::Recovery(RecoveryReport {
             step: self.step + 1,
             error: error.to_string(),
@@ -548,7 +538,7 @@ impl Trainer {
             to_micro_batch: to_mb,
             n_patches: n,
             from_accumulation: acc,
-            to_accumulation: acc * factor,
+            to_accumulation: self.config.accumulation,
             effective_batch: self.config.effective_batch(),
             in_a_row,
         }));
@@ -580,10 +570,11 @@ impl Trainer {
         let c = &self.config;
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
-        let micro_batches = (0..c.accumulation).map(|i| {
-            self.stream
-                .batch(first + (i * c.micro_batch) as u64, c.micro_batch)
-                .to_tensor(&self.device)
+        let sizes = c.micro_batch_sizes();
+        let micro_batches = sizes.iter().scan(first, |position, &count| {
+            let batch = self.stream.batch(*position, count).to_tensor(&self.device);
+            *position += count as u64;
+            Some(batch)
         });
         self.meter.reset_peak();
         let objective = if self.step < warmup {
@@ -592,7 +583,7 @@ impl Trainer {
             step::Objective::VectorQuantized
         };
         let settings = step::StepSettings {
-            accumulation: c.accumulation,
+            step_patches: c.effective_batch(),
             lr,
             clip_norm: c.clip_norm,
             objective,

@@ -54,14 +54,16 @@ pub enum Objective {
     Autoencoder,
 }
 
-/// Gradients of one micro-batch, its loss divided by `accumulation` (seed 003) so that
-/// summing the micro-batch gradients gives the gradient of the mean over all of them.
+/// Gradients of one micro-batch, its loss weighted by its share of the step's patches
+/// (seed 003's loss / accumulation when micro-batches are equal) so that summing the
+/// micro-batch gradients gives the gradient of the mean over all of them.
 pub fn micro_batch_gradients(
     model: &VqAutoencoder,
     patches: Tensor<4>,
-    accumulation: usize,
+    step_patches: usize,
     objective: Objective,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
+    let share = patches.dims()[0] as f64 / step_patches.max(1) as f64;
     let (total, reconstruction) = match objective {
         Objective::VectorQuantized => {
             let output = model.forward(patches.clone());
@@ -74,7 +76,7 @@ pub fn micro_batch_gradients(
             (loss.clone(), loss)
         }
     };
-    let scaled = total.div_scalar(accumulation as f32);
+    let scaled = total.mul_scalar(share as f32);
     let device = scaled.device();
     let grads = scaled.backward();
     // cubecl reports an allocation that failed here, as an error rather than a panic later.
@@ -82,7 +84,7 @@ pub fn micro_batch_gradients(
         return Err(StepError::Device(error.to_string()));
     }
     let total = scaled.into_scalar::<f32>() as f64;
-    let reconstruction = reconstruction.into_scalar::<f32>() as f64 / accumulation as f64;
+    let reconstruction = reconstruction.into_scalar::<f32>() as f64 * share;
     Ok((
         GradientsParams::from_grads(grads, model),
         total,
@@ -95,14 +97,14 @@ pub fn micro_batch_gradients(
 pub fn accumulate_gradients(
     model: &VqAutoencoder,
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
-    accumulation: usize,
+    step_patches: usize,
     objective: Objective,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     for patches in micro_batches {
-        let (grads, l, r) = micro_batch_gradients(model, patches, accumulation, objective)?;
+        let (grads, l, r) = micro_batch_gradients(model, patches, step_patches, objective)?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
@@ -114,7 +116,8 @@ pub fn accumulate_gradients(
 /// How one optimizer step runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepSettings {
-    pub accumulation: usize,
+    /// Patches in the whole step, over all its micro-batches.
+    pub step_patches: usize,
     pub lr: f64,
     pub clip_norm: Option<f64>,
     pub objective: Objective,
@@ -129,13 +132,13 @@ pub fn optimizer_step(
     meter: &mut MemoryMeter,
 ) -> Result<(VqAutoencoder, StepOutcome), StepError> {
     let StepSettings {
-        accumulation,
+        step_patches,
         lr,
         clip_norm,
         objective,
     } = settings;
     let (mut grads, loss, reconstruction_loss) =
-        accumulate_gradients(&model, micro_batches, accumulation, objective, meter)?;
+        accumulate_gradients(&model, micro_batches, step_patches, objective, meter)?;
     let grad_norm = match clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => global_norm(&model, &grads),
@@ -244,34 +247,50 @@ mod tests {
         (model, x, meter)
     }
 
-    /// One batch of 8 and four accumulated micro-batches of 2 give the same gradient.
+    /// One batch of 8, four micro-batches of 2, and uneven ones of 3, 3 and 2 give the same
+    /// gradient and loss.
     #[test]
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
         let (whole, loss_whole, _) = accumulate_gradients(
             &model,
             [x.clone()],
-            1,
+            8,
             Objective::VectorQuantized,
             &mut meter,
         )
         .unwrap();
-        let parts: Vec<_> = (0..4).map(|i| x.clone().narrow(0, i * 2, 2)).collect();
-        let (accumulated, loss_parts, _) =
-            accumulate_gradients(&model, parts, 4, Objective::VectorQuantized, &mut meter).unwrap();
-        let (a, b) = (flatten(&model, &whole), flatten(&model, &accumulated));
+        let a = flatten(&model, &whole);
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0f32, f32::max);
-        assert!(
-            worst <= 1e-4 * scale.max(1e-3),
-            "largest gradient difference {worst} (scale {scale})"
-        );
-        assert!((loss_whole - loss_parts).abs() < 1e-4 * loss_whole.abs().max(1.0));
+        for sizes in [vec![2, 2, 2, 2], vec![3, 3, 2]] {
+            let mut start = 0;
+            let parts: Vec<_> = sizes
+                .iter()
+                .map(|&n| {
+                    let part = x.clone().narrow(0, start, n);
+                    start += n;
+                    part
+                })
+                .collect();
+            let (accumulated, loss_parts, _) =
+                accumulate_gradients(&model, parts, 8, Objective::VectorQuantized, &mut meter)
+                    .unwrap();
+            let b = flatten(&model, &accumulated);
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                worst <= 1e-4 * scale.max(1e-3),
+                "{sizes:?}: largest gradient difference {worst} (scale {scale})"
+            );
+            assert!(
+                (loss_whole - loss_parts).abs() < 1e-4 * loss_whole.abs().max(1.0),
+                "{sizes:?}: loss {loss_parts} vs {loss_whole}"
+            );
+        }
     }
 
     #[test]
@@ -280,7 +299,7 @@ mod tests {
         let (grads, _, _) = accumulate_gradients(
             &model,
             [x.mul_scalar(50.0)],
-            1,
+            8,
             Objective::VectorQuantized,
             &mut meter,
         )
