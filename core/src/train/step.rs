@@ -5,7 +5,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
-use crate::memory::{MemoryMeter, OverBudget};
+use crate::memory::{MemoryMeter, MemorySource, OverBudget};
 use crate::model::VqAutoencoder;
 
 /// Why a step could not finish. Nothing of the model or the optimizer has changed when one
@@ -62,6 +62,7 @@ pub fn micro_batch_gradients(
     patches: Tensor<4>,
     step_patches: usize,
     objective: Objective,
+    meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
     let share = patches.dims()[0] as f64 / step_patches.max(1) as f64;
     let (total, reconstruction) = match objective {
@@ -78,6 +79,14 @@ pub fn micro_batch_gradients(
     };
     let scaled = total.mul_scalar(share as f32);
     let device = scaled.device();
+    if meter.source() == MemorySource::DevicePool {
+        // A device pool keeps no high-water mark, and every activation is alive now: run
+        // the forward to here and read the pool, so the step's peak includes them.
+        device
+            .sync()
+            .map_err(|error| StepError::Device(error.to_string()))?;
+        meter.sample();
+    }
     let grads = scaled.backward();
     // cubecl reports an allocation that failed here, as an error rather than a panic later.
     if let Err(error) = device.sync() {
@@ -104,7 +113,7 @@ pub fn accumulate_gradients(
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     for patches in micro_batches {
-        let (grads, l, r) = micro_batch_gradients(model, patches, step_patches, objective)?;
+        let (grads, l, r) = micro_batch_gradients(model, patches, step_patches, objective, meter)?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
