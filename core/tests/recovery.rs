@@ -7,7 +7,7 @@ use headroom_core::memory::Budget;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::flat_parameters;
 use headroom_core::train::{DatasetSource, TrainError};
-use headroom_core::{RunLength, RunOptions, TrainConfig, Trainer};
+use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
 
 // The budget guard reads host memory on flex, so this binary counts allocations.
 #[global_allocator]
@@ -26,7 +26,12 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn config() -> TrainConfig {
+    config_on(BackendKind::Flex)
+}
+
+fn config_on(backend: BackendKind) -> TrainConfig {
     let mut c = TrainConfig {
+        backend,
         micro_batch: 4,
         n_patches: 2,
         accumulation: 1,
@@ -55,13 +60,29 @@ fn steps(events: &[Event]) -> Vec<(u64, usize, usize, u64)> {
 
 #[test]
 fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing() {
+    // Each patch of this model costs about 4 MiB on flex; micro-batches of 4 and 2
+    // spectrograms of 2 patches differ by 4 patches.
+    recovers_and_matches(BackendKind::Flex, 3, 8 * MIB);
+}
+
+/// The same on wgpu, over Mesa's software Vulkan driver where there is no GPU: the budget is
+/// checked against the device pool there. About 2.3 MiB per patch.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_recovers_the_same_way() {
+    recovers_and_matches(BackendKind::Wgpu, 3, 4 * MIB);
+}
+
+/// Run A: after step `k - 1`, the budget drops to `below` under that step's peak: under what
+/// micro-batch 4 needs, above what 2 needs.
+fn recovers_and_matches(backend: BackendKind, k: u64, below: u64) {
     let _alone = alone();
-    const K: u64 = 3;
-    // Run A: after step K-1, the budget drops below what micro-batch 4 needs but above what
-    // 2 needs (each patch of this model costs about 4 MiB on flex; 4 patches separate them).
+    let mut short = config_on(backend);
+    short.length = RunLength::Steps(k + 2);
+    let total = k + 2;
     let budget = Budget::new(0);
     let mut a = Trainer::new(
-        config(),
+        short.clone(),
         RunOptions {
             budget: Some(budget.clone()),
             ..RunOptions::default()
@@ -71,9 +92,9 @@ fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing()
     let mut events = Vec::new();
     let mut sink = |event: Event| {
         if let Event::Step(s) = &event
-            && s.step == K - 1
+            && s.step == k - 1
         {
-            budget.set(s.mem_peak_bytes - 8 * MIB);
+            budget.set(s.mem_peak_bytes - below);
         }
         events.push(event);
     };
@@ -88,20 +109,20 @@ fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing()
         .collect();
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     let r = &recoveries[0];
-    assert_eq!((r.step, r.from_micro_batch, r.to_micro_batch), (K, 4, 2));
+    assert_eq!((r.step, r.from_micro_batch, r.to_micro_batch), (k, 4, 2));
     assert_eq!((r.from_accumulation, r.to_accumulation), (1, 2));
     assert_eq!(r.effective_batch, 8);
 
     let done = steps(&events);
     assert_eq!(
         done.iter().map(|s| s.0).collect::<Vec<_>>(),
-        (1..=6).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>(),
         "every step once, none lost"
     );
     for &(step, micro_batch, accumulation, peak) in &done {
-        let expected = if step < K { (4, 1) } else { (2, 2) };
+        let expected = if step < k { (4, 1) } else { (2, 2) };
         assert_eq!((micro_batch, accumulation), expected, "step {step}");
-        if step >= K {
+        if step >= k {
             assert!(
                 peak <= budget.bytes().unwrap(),
                 "step {step} peaked at {peak} over the budget"
@@ -109,13 +130,13 @@ fn an_out_of_memory_step_is_redone_with_half_the_micro_batch_and_loses_nothing()
         }
     }
 
-    // Run B: micro-batch 4 for K-1 steps, then 2 x 2 from step K on, by choice.
+    // Run B: micro-batch 4 for k-1 steps, then 2 x 2 from step k on, by choice.
     let dir = tempfile::tempdir().unwrap();
     let mut b = Trainer::new(
-        config(),
+        short,
         RunOptions {
             out_dir: Some(dir.path().to_path_buf()),
-            stop_after: Some(K - 1),
+            stop_after: Some(k - 1),
             ..RunOptions::default()
         },
     )

@@ -35,7 +35,7 @@ pub fn resolve(
         let bytes = parse_size(text).context("--memory-budget")?;
         return Ok(Resolved {
             bytes,
-            source: format!("--memory-budget {}", probe::gib(bytes)),
+            source: format!("--memory-budget {}", headroom_core::memory::human(bytes)),
         });
     }
     if let Some(name) = &args.simulate_device {
@@ -86,6 +86,9 @@ pub fn resolve(
     };
     Ok(Resolved {
         bytes: (bytes as f64 * f) as u64,
-        source: format!("{name} {what} {} x {f}", probe::gib(bytes)),
+        source: format!(
+            "{name} {what} {} x {f}",
+            headroom_core::memory::human(bytes)
+        ),
     })
 }

@@ -5,9 +5,9 @@ use anyhow::{Result, anyhow};
 use headroom_core::BackendKind;
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
+use headroom_core::memory::human as gib;
 use headroom_core::model::VqAutoencoderConfig;
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, PlanRequest, devices};
-use headroom_core::probe::gib;
 
 use crate::args::PlanArgs;
 use crate::render::mib;

@@ -56,7 +56,7 @@ impl ProgressRenderer {
             Event::BackendChoice { reason, .. } => self.say(reason.clone()),
             Event::Budget { bytes, source } => self.say(format!(
                 "Memory budget: {} ({source})",
-                headroom_core::probe::gib(*bytes)
+                headroom_core::memory::human(*bytes)
             )),
             Event::DryRun(d) => self.say(describe_dry_run(d)),
             Event::Plan(p) => {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::probe::gib;
+use super::human;
 
 /// Bytes the run may use; clones share one value.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +30,7 @@ impl Budget {
 
 /// A measured peak above the budget: out-of-memory as far as the run is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("out of memory: the step reached {} of a {} budget", gib(*peak_bytes), gib(*budget_bytes))]
+#[error("out of memory: the step reached {} of a {} budget", human(*peak_bytes), human(*budget_bytes))]
 pub struct OverBudget {
     pub peak_bytes: u64,
     pub budget_bytes: u64,

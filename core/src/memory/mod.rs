@@ -10,6 +10,19 @@ mod budget;
 
 pub use budget::{Budget, OverBudget, SizeError, parse_size};
 
+/// A byte count for people: MiB below a GiB, GiB with two decimals above, so that a
+/// budget and a need close to it still read differently.
+pub fn human(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    const GIB: f64 = (1u64 << 30) as f64;
+    let b = bytes as f64;
+    if b < GIB {
+        format!("{:.0} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / GIB)
+    }
+}
+
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 

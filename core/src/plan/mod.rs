@@ -127,8 +127,8 @@ pub fn prepare(
         last = format!(
             "{}, measured {} of {}",
             plan.reason,
-            crate::probe::gib(measured_peak),
-            crate::probe::gib(planning.budget_bytes)
+            crate::memory::human(measured_peak),
+            crate::memory::human(planning.budget_bytes)
         );
         refit(&mut calibration, measured);
     }

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::memory::{LinearCost, MemoryModel};
-use crate::probe::gib;
+use crate::memory::human as gib;
 
 /// Patches per spectrogram the planner tries, the first preferred when throughput ties:
 /// more spectrograms per step see more of the dataset.
