@@ -6,7 +6,7 @@ use headroom_core::events::{DryRunReport, EvaluationReport, Event, RecoveryRepor
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub fn mib(bytes: u64) -> String {
-    format!("{:.0} MiB", bytes as f64 / (1024.0 * 1024.0))
+    headroom_core::memory::human(bytes)
 }
 
 /// Renders a run as a progress bar plus a memory line beneath it.
