@@ -57,6 +57,39 @@ fn probe_lists_the_cpu_the_adapters_and_explains_auto() {
     );
 }
 
+/// Where no API reports free memory (lavapipe lacks VK_EXT_memory_budget), the probe
+/// allocates up to its cap to find out, and never more; without the allocation probe the
+/// figure is unknown, with the reason.
+#[test]
+fn the_allocation_probe_measures_free_memory_within_its_cap() {
+    let capped = run_json_document(&["probe", "--json", "--allocation-cap", "256MiB"]);
+    let free_of = |report: &serde_json::Value| -> Vec<serde_json::Value> {
+        report["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["backend"] == "wgpu")
+            .map(|d| d["free_memory"].clone())
+            .collect()
+    };
+    for free in free_of(&capped) {
+        let source = free["source"].as_str().unwrap();
+        if source.starts_with("allocation probe") {
+            let bytes = free["bytes"].as_u64().unwrap();
+            assert!(bytes > 0 && bytes <= 256 << 20, "{free}");
+            if free["at_least"] == true {
+                assert_eq!(bytes, 256 << 20, "stopped at the cap: {free}");
+            }
+        }
+    }
+    let none = run_json_document(&["probe", "--json", "--no-allocation-probe"]);
+    for free in free_of(&none) {
+        let source = free["source"].as_str().unwrap();
+        assert!(!source.starts_with("allocation probe"), "{free}");
+        assert!(free["bytes"].is_u64() || !source.is_empty(), "{free}");
+    }
+}
+
 /// `train` without --backend is `--backend auto`: it probes, says why in one event, and
 /// trains where it chose.
 #[test]

@@ -233,7 +233,8 @@ fn seed_spellings_are_accepted() {
 #[test]
 fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
     let out = tempfile::tempdir().unwrap();
-    let all = tiny_train(out.path(), &["--backend", "wgpu", "--steps", "2"]);
+    // The first adapter as the probe numbers it (lavapipe on CI), addressed through burn.
+    let all = tiny_train(out.path(), &["--device", "wgpu:0", "--steps", "2"]);
     let config = events(&all, "config");
     assert_eq!(config[0]["backend"], "wgpu");
     assert_eq!(config[0]["memory_source"], "device_pool");
@@ -272,6 +273,14 @@ fn device_flag_as_the_seeds_spell_it() {
         "a named device is not an auto choice"
     );
 
+    // One device by the probe's name; one that is not there lists those that are.
+    let stderr = run_failing(&["train", "--device", "cuda:7", "--steps", "1"]);
+    assert!(
+        stderr.contains("no device cuda:7") && stderr.contains("cpu"),
+        "{stderr}"
+    );
+    let stderr = run_failing(&["train", "--device", "tpu"]);
+    assert!(stderr.contains("wgpu:0"), "{stderr}");
     let stderr = run_failing(&["train", "--device", "cpu", "--backend", "wgpu"]);
     assert!(
         stderr.contains("--backend wgpu and --device cpu disagree"),

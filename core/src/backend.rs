@@ -19,6 +19,55 @@ pub enum BackendKind {
     Cuda,
 }
 
+/// One device of a backend, as burn addresses it: CUDA by index, wgpu adapters by their
+/// kind and index among adapters of that kind on the graphics API burn's runtime uses here.
+/// `None` where one is expected means the backend's default device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceTarget {
+    Cuda(usize),
+    DiscreteGpu(usize),
+    IntegratedGpu(usize),
+    VirtualGpu(usize),
+    CpuAdapter,
+}
+
+impl DeviceTarget {
+    pub fn backend(self) -> BackendKind {
+        match self {
+            DeviceTarget::Cuda(_) => BackendKind::Cuda,
+            _ => BackendKind::Wgpu,
+        }
+    }
+}
+
+/// Where to run: a backend and, optionally, which of its devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub backend: BackendKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceTarget>,
+}
+
+impl From<BackendKind> for Target {
+    fn from(backend: BackendKind) -> Self {
+        Self {
+            backend,
+            device: None,
+        }
+    }
+}
+
+impl Target {
+    pub fn device(self) -> Result<Device, BackendError> {
+        self.backend.device_at(self.device)
+    }
+
+    pub fn training_device(self, checkpointing: bool) -> Result<Device, BackendError> {
+        self.backend.training_device(self.device, checkpointing)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error(
@@ -28,6 +77,11 @@ pub enum BackendError {
     NotBuilt { backend: BackendKind },
     #[error("unknown backend `{0}`; choose one of: flex, ndarray, wgpu, cuda")]
     Unknown(String),
+    #[error("device {target:?} belongs to the {} backend, not {backend}", target.backend())]
+    WrongBackend {
+        backend: BackendKind,
+        target: DeviceTarget,
+    },
 }
 
 impl BackendKind {
@@ -82,11 +136,48 @@ impl BackendKind {
 }
 
 impl BackendKind {
+    /// A given device of this backend, without autodiff; `None`: the default device.
+    pub fn device_at(self, target: Option<DeviceTarget>) -> Result<Device, BackendError> {
+        let Some(target) = target else {
+            return self.device();
+        };
+        if target.backend() != self {
+            return Err(BackendError::WrongBackend {
+                backend: self,
+                target,
+            });
+        }
+        match target {
+            #[cfg(feature = "cuda")]
+            DeviceTarget::Cuda(index) => Ok(Device::cuda(index)),
+            #[cfg(feature = "wgpu")]
+            DeviceTarget::DiscreteGpu(i) => {
+                Ok(Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(i)))
+            }
+            #[cfg(feature = "wgpu")]
+            DeviceTarget::IntegratedGpu(i) => {
+                Ok(Device::wgpu(burn::tensor::DeviceKind::IntegratedGpu(i)))
+            }
+            #[cfg(feature = "wgpu")]
+            DeviceTarget::VirtualGpu(i) => {
+                Ok(Device::wgpu(burn::tensor::DeviceKind::VirtualGpu(i)))
+            }
+            #[cfg(feature = "wgpu")]
+            DeviceTarget::CpuAdapter => Ok(Device::wgpu(burn::tensor::DeviceKind::Cpu)),
+            #[allow(unreachable_patterns)]
+            _ => Err(BackendError::NotBuilt { backend: self }),
+        }
+    }
+
     /// The device a training step runs on: autodiff, with burn's balanced gradient
     /// checkpointing when asked (recompute cheap activations in backward instead of keeping
     /// them). Tensors of the two kinds cannot mix, so a run keeps one for its whole life.
-    pub fn training_device(self, checkpointing: bool) -> Result<Device, BackendError> {
-        let device = self.device()?.autodiff();
+    pub fn training_device(
+        self,
+        target: Option<DeviceTarget>,
+        checkpointing: bool,
+    ) -> Result<Device, BackendError> {
+        let device = self.device_at(target)?.autodiff();
         Ok(if checkpointing {
             device.gradient_checkpointing()
         } else {

@@ -23,6 +23,8 @@ pub enum BenchError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchConfig {
     pub backend: BackendKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::backend::DeviceTarget>,
     /// Spectrograms per micro-batch (the reference's `--batch`).
     pub micro_batch: usize,
     pub n_patches: usize,
@@ -55,7 +57,9 @@ pub struct BenchResult {
 }
 
 pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchError> {
-    let device = config.backend.training_device(config.checkpointing)?;
+    let device = config
+        .backend
+        .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
     let mut model = VqAutoencoderConfig::default().init(&device);
     let params = burn::module::Module::num_params(&model);

@@ -14,7 +14,7 @@ pub mod plan;
 pub mod probe;
 pub mod train;
 
-pub use backend::{BackendError, BackendKind};
+pub use backend::{BackendError, BackendKind, DeviceTarget, Target};
 pub use events::{Event, EventSink};
 pub use train::{RunLength, RunOptions, TrainConfig, TrainError, Trainer};
 

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use headroom_core::BackendKind;
+use headroom_core::probe::choose;
+use headroom_core::{BackendKind, Target};
 use headroom_datasets::PatchPlacement;
 
 #[derive(Parser, Debug)]
@@ -33,7 +34,7 @@ pub enum Command {
     /// The GPU half of `probe`, run in a child process so a driver fault cannot take the
     /// caller down.
     #[command(name = "__probe-gpus", hide = true)]
-    ProbeGpusChild,
+    ProbeGpusChild(ChildArgs),
 }
 
 impl Default for Command {
@@ -60,13 +61,26 @@ pub struct Resolved {
     pub device: Option<headroom_core::probe::DeviceReport>,
 }
 
+impl Resolved {
+    pub fn target(&self) -> Target {
+        Target {
+            backend: self.kind,
+            device: self.device.as_ref().and_then(|d| d.target),
+        }
+    }
+}
+
 impl Backend {
-    /// The backend to use, and the reason when Headroom chose it (which probes the machine).
+    /// The backend to use, and the reason when Headroom chose it: auto probes the machine
+    /// and, when a GPU fits, times a few steps on it and on the CPU.
     pub fn resolve(self) -> Resolved {
         match self {
             Backend::Auto => {
-                let report = crate::probe::machine(std::time::Duration::from_secs(20));
-                let choice = headroom_core::probe::choose::choose(&report);
+                let report = crate::probe::machine(
+                    std::time::Duration::from_secs(20),
+                    crate::probe::AUTO_SETTINGS,
+                );
+                let choice = choose::decide(choose::choose(&report), choose::quick_benchmark);
                 Resolved {
                     kind: choice.backend,
                     reason: Some(choice.reason),
@@ -95,33 +109,108 @@ impl From<Backend> for BackendKind {
     }
 }
 
-/// The seeds' `--device`: where to train, by kind; `--backend` names the backend exactly.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceArg {
-    /// The CPU (flex, unless --backend ndarray).
-    Cpu,
-    /// An NVIDIA GPU through the cuda backend.
-    Cuda,
-    /// The default wgpu adapter (Vulkan, Metal, DX12).
-    Wgpu,
+/// The seeds' `--device`: `cpu`, `cuda`, `wgpu`, or one device as `trainer-cli probe` lists
+/// it (`cuda:1`, `wgpu:0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceArg {
+    pub kind: Backend,
+    /// The probe's selector, when one device was named.
+    pub selector: Option<String>,
+}
+
+impl std::str::FromStr for DeviceArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        let (kind, index) = match lower.split_once(':') {
+            Some((kind, index)) => (kind.to_string(), Some(index.to_string())),
+            None => (lower.clone(), None),
+        };
+        let backend = match kind.as_str() {
+            "cpu" if index.is_none() => Backend::Flex,
+            "cuda" => Backend::Cuda,
+            "wgpu" => Backend::Wgpu,
+            _ => {
+                return Err(format!(
+                    "{s:?} is not a device; write cpu, cuda, wgpu, or one from `trainer-cli probe` such as wgpu:0"
+                ));
+            }
+        };
+        if let Some(i) = &index
+            && i.parse::<usize>().is_err()
+        {
+            return Err(format!(
+                "{s:?}: the device number must be a whole number, as in {kind}:0"
+            ));
+        }
+        Ok(Self {
+            kind: backend,
+            selector: index.map(|_| lower),
+        })
+    }
 }
 
 impl DeviceArg {
-    /// The backend `--device` means on its own, and whether `backend` agrees with it.
-    pub fn backend(self) -> Backend {
-        match self {
-            DeviceArg::Cpu => Backend::Flex,
-            DeviceArg::Cuda => Backend::Cuda,
-            DeviceArg::Wgpu => Backend::Wgpu,
+    /// How the user wrote it, normalised: `cpu`, `cuda`, `wgpu:1`.
+    pub fn label(&self) -> String {
+        match (&self.selector, self.kind) {
+            (Some(s), _) => s.clone(),
+            (None, Backend::Flex) => "cpu".to_string(),
+            (None, kind) => BackendKind::from(kind).name().to_string(),
         }
     }
 
-    pub fn accepts(self, backend: Backend) -> bool {
-        match self {
-            DeviceArg::Cpu => matches!(backend, Backend::Flex | Backend::Ndarray),
-            DeviceArg::Cuda => matches!(backend, Backend::Cuda),
-            DeviceArg::Wgpu => matches!(backend, Backend::Wgpu),
+    /// The backend `--device` means on its own.
+    pub fn backend(&self) -> Backend {
+        self.kind
+    }
+
+    /// Whether `--backend` agrees with it.
+    pub fn accepts(&self, backend: Backend) -> bool {
+        match self.kind {
+            Backend::Flex => matches!(backend, Backend::Flex | Backend::Ndarray),
+            kind => kind == backend,
         }
+    }
+
+    /// The named device, from the probe; an error lists the devices there are.
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let Some(selector) = &self.selector else {
+            return Ok(self.kind.resolve());
+        };
+        let report = crate::probe::machine(
+            std::time::Duration::from_secs(20),
+            crate::probe::AUTO_SETTINGS,
+        );
+        let listed = || {
+            report
+                .devices
+                .iter()
+                .filter(|d| d.usable && d.target.is_some())
+                .map(|d| format!("{} ({})", d.selector, d.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some(device) = report.devices.iter().find(|d| &d.selector == selector) else {
+            anyhow::bail!(
+                "there is no device {selector} on this machine; devices Headroom can train on: cpu, {}",
+                listed()
+            );
+        };
+        if !device.usable || device.target.is_none() {
+            anyhow::bail!(
+                "{selector} ({}) cannot be trained on in this build: {}; usable devices: cpu, {}",
+                device.name,
+                device.notes.join("; "),
+                listed()
+            );
+        }
+        Ok(Resolved {
+            kind: device.backend,
+            reason: None,
+            device: Some(device.clone()),
+        })
     }
 }
 
@@ -145,8 +234,9 @@ pub struct TrainArgs {
     /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
-    /// Where to train, as the seed documents say it: cpu, cuda or wgpu.
-    #[arg(long, value_enum)]
+    /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
+    /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
+    #[arg(long)]
     pub device: Option<DeviceArg>,
     /// Spectrograms per micro-batch.
     #[arg(long, alias = "batch_size")]
@@ -363,7 +453,23 @@ pub struct ProbeArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where no API reports a GPU's free memory, allocate up to this much in 128 MiB steps to
+    /// find out (freed at once); the probe never takes more.
+    #[arg(long, default_value = "1GiB")]
+    pub allocation_cap: String,
+    /// Never allocate GPU memory to measure it.
+    #[arg(long)]
+    pub no_allocation_probe: bool,
     /// Seconds the GPU drivers get to answer.
     #[arg(long, default_value_t = 20.0)]
     pub timeout: f64,
+}
+
+/// The hidden child probe's settings, passed by the parent.
+#[derive(Args, Debug, Clone)]
+pub struct ChildArgs {
+    #[arg(long)]
+    pub allocation_cap: Option<u64>,
+    #[arg(long)]
+    pub software_adapters: bool,
 }

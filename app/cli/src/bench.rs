@@ -15,6 +15,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let config = BenchConfig {
         backend: resolved.kind,
+        device: resolved.target().device,
         checkpointing: args.use_gradient_checkpointing,
         micro_batch: args.batch_size,
         n_patches: args.n_patches,

@@ -56,7 +56,10 @@ pub fn resolve(
             &probed
         }
         _ => {
-            let report = crate::probe::machine(std::time::Duration::from_secs(20));
+            let report = crate::probe::machine(
+                std::time::Duration::from_secs(20),
+                crate::probe::AUTO_SETTINGS,
+            );
             probed = report
                 .devices
                 .into_iter()

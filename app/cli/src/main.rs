@@ -44,7 +44,7 @@ fn main() -> Result<()> {
         args::Command::Bench(a) => bench::run(a),
         args::Command::Plan(a) => plan::run(*a),
         args::Command::Probe(a) => probe::run(a),
-        args::Command::ProbeGpusChild => probe::child(),
+        args::Command::ProbeGpusChild(a) => probe::child(a),
     }
 }
 

@@ -2,7 +2,7 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Result, anyhow};
-use headroom_core::BackendKind;
+use headroom_core::Target;
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
@@ -20,17 +20,18 @@ pub fn run(args: PlanArgs) -> Result<()> {
     {
         println!("{reason}");
     }
-    let backend = resolved.kind;
+    let target = resolved.target();
+    let backend = target.backend;
     let model = VqAutoencoderConfig::default();
     // Planning here happens before any dataset is loaded: nothing is resident yet.
-    let resident = MemoryMeter::new(backend, &backend.device()?)
+    let resident = MemoryMeter::new(backend, &target.device()?)
         .sample()
         .allocated_bytes;
     if args.what_if {
-        return what_if(&args, backend, &model, resident);
+        return what_if(&args, target, &model, resident);
     }
     if let Some(spec) = &args.verify {
-        return verify(spec, args.json, backend, &model);
+        return verify(spec, args.json, target, &model);
     }
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
     let planning = crate::train::planning(
@@ -42,7 +43,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     )?;
     let mut events: Vec<Event> = Vec::new();
     let prepared = if args.no_dry_run {
-        let calibration = plan::calibrate(backend, &model)?;
+        let calibration = plan::calibrate(target, &model)?;
         let request = PlanRequest {
             budget_bytes: planning.budget_bytes,
             resident_bytes: resident,
@@ -57,7 +58,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             calibration,
         }
     } else {
-        plan::prepare(backend, &model, &planning, resident, &mut events)?
+        plan::prepare(target, &model, &planning, resident, &mut events)?
     };
     let dry_runs: Vec<&Event> = events
         .iter()
@@ -129,7 +130,7 @@ struct Row {
 
 fn what_if(
     args: &PlanArgs,
-    backend: BackendKind,
+    target: Target,
     model: &VqAutoencoderConfig,
     resident: u64,
 ) -> Result<()> {
@@ -138,7 +139,8 @@ fn what_if(
         f > 0.0 && f <= 1.0,
         "--memory-fraction must be above 0 and at most 1 (got {f})"
     );
-    let calibration: Calibration = plan::calibrate(backend, model)?;
+    let backend = target.backend;
+    let calibration: Calibration = plan::calibrate(target, model)?;
     let planning = crate::train::planning(
         &args.memory,
         args.batch_size,
@@ -265,9 +267,10 @@ struct Verified {
 }
 
 /// Calibrates once, then measures a real step at each configuration.
-fn verify(spec: &str, json: bool, backend: BackendKind, model: &VqAutoencoderConfig) -> Result<()> {
+fn verify(spec: &str, json: bool, target: Target, model: &VqAutoencoderConfig) -> Result<()> {
+    let backend = target.backend;
     let configs = parse_configs(spec)?;
-    let calibration = plan::calibrate(backend, model)?;
+    let calibration = plan::calibrate(target, model)?;
     let mut rows = Vec::with_capacity(configs.len());
     for (micro_batch, n_patches, checkpointing) in configs {
         let patches = micro_batch * n_patches;
@@ -275,7 +278,7 @@ fn verify(spec: &str, json: bool, backend: BackendKind, model: &VqAutoencoderCon
             .memory
             .predict(patches, checkpointing)
             .ok_or_else(|| anyhow!("checkpointing was not calibrated"))?;
-        let measured = plan::measure_step(backend, model, patches, checkpointing)?.peak_bytes;
+        let measured = plan::measure_step(target, model, patches, checkpointing)?.peak_bytes;
         let row = Verified {
             micro_batch,
             n_patches,

@@ -7,29 +7,60 @@ use headroom_core::probe::{
     self, DeviceReport, MachineReport, choose::choose, isolate::ChildProbe,
 };
 
-use crate::args::ProbeArgs;
+use crate::args::{ChildArgs, ProbeArgs};
+use headroom_core::probe::gpus::ProbeSettings;
 
 /// The hidden subcommand the child process runs.
 pub const CHILD_COMMAND: &str = "__probe-gpus";
 
+/// What `--backend auto` probes with: an allocation probe of at most 1 GiB where a GPU's
+/// free memory is otherwise unknown, never on CPU-type adapters (auto never picks them).
+pub const AUTO_SETTINGS: ProbeSettings = ProbeSettings {
+    allocation_cap: Some(1 << 30),
+    software_adapters: false,
+};
+
 /// Probes the machine, GPUs in a child process of this same binary.
-pub fn machine(timeout: Duration) -> MachineReport {
+pub fn machine(timeout: Duration, settings: ProbeSettings) -> MachineReport {
+    let mut args = vec![CHILD_COMMAND.to_string()];
+    if let Some(cap) = settings.allocation_cap {
+        args.extend(["--allocation-cap".to_string(), cap.to_string()]);
+    }
+    if settings.software_adapters {
+        args.push("--software-adapters".to_string());
+    }
     let child = std::env::current_exe().ok().map(|program| ChildProbe {
         program,
-        args: vec![CHILD_COMMAND.to_string()],
+        args,
         timeout,
     });
-    probe::probe_machine(child.as_ref())
+    probe::probe_machine(child.as_ref(), settings)
 }
 
 /// The child's side: probe GPUs here and print the report as JSON.
-pub fn child() -> Result<()> {
-    println!("{}", serde_json::to_string(&probe::gpus::probe_here())?);
+pub fn child(args: ChildArgs) -> Result<()> {
+    let settings = ProbeSettings {
+        allocation_cap: args.allocation_cap,
+        software_adapters: args.software_adapters,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&probe::gpus::probe_here(settings))?
+    );
     Ok(())
 }
 
 pub fn run(args: ProbeArgs) -> Result<()> {
-    let report = machine(Duration::from_secs_f64(args.timeout));
+    let allocation_cap = if args.no_allocation_probe {
+        None
+    } else {
+        Some(headroom_core::memory::parse_size(&args.allocation_cap)?)
+    };
+    let settings = ProbeSettings {
+        allocation_cap,
+        software_adapters: true,
+    };
+    let report = machine(Duration::from_secs_f64(args.timeout), settings);
     let choice = choose(&report);
     if args.json {
         let out = serde_json::json!({
@@ -51,9 +82,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
 }
 
 fn memory(figure: &probe::MemoryFigure) -> String {
-    figure
-        .bytes
-        .map_or_else(|| "unknown".to_string(), probe::gib)
+    match figure.bytes {
+        Some(b) if figure.at_least => format!(">= {}", probe::gib(b)),
+        Some(b) => probe::gib(b),
+        None => "unknown".to_string(),
+    }
 }
 
 fn table(devices: &[DeviceReport], choice: &probe::choose::Choice) -> String {

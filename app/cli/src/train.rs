@@ -7,9 +7,9 @@ use headroom_core::events::Event;
 use headroom_core::memory::Budget;
 use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
-use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
+use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
 
-use crate::args::{Backend, MemoryArgs, TrainArgs};
+use crate::args::{Backend, MemoryArgs, Resolved, TrainArgs};
 use crate::render::ProgressRenderer;
 
 /// The planner's request: the effective batch the flags describe (or `--effective-batch`),
@@ -51,9 +51,10 @@ pub fn planning(
     })
 }
 
-fn config_from(args: &TrainArgs, backend: BackendKind) -> TrainConfig {
+fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
     let mut c = TrainConfig {
-        backend,
+        backend: target.backend,
+        device: target.device,
         ..TrainConfig::default()
     };
     let set = |slot: &mut usize, v: Option<usize>| {
@@ -140,32 +141,32 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ),
     };
     // A resumed run keeps its backend unless one is named.
-    let named = match (args.backend, args.device) {
+    let resolved: Option<Resolved> = match (args.backend, &args.device) {
         (Some(backend), Some(device)) if !device.accepts(backend) => anyhow::bail!(
             "--backend {} and --device {} disagree; give one of them",
             BackendKind::from(backend),
-            format!("{device:?}").to_lowercase()
+            device.label()
         ),
-        (Some(backend), _) => Some(backend),
-        (None, device) => device.map(|d| d.backend()),
+        (_, Some(device)) if device.selector.is_some() => Some(device.resolve()?),
+        (Some(backend), _) => Some(backend.resolve()),
+        (None, Some(device)) => Some(device.backend().resolve()),
+        (None, None) if args.resume.is_some() => None,
+        (None, None) => Some(Backend::Auto.resolve()),
     };
-    let requested = match (&args.resume, named) {
-        (Some(_), None) => None,
-        (_, backend) => Some(backend.unwrap_or(Backend::Auto)),
-    };
-    let resolved = requested.map(|b| {
-        let resolved = b.resolve();
-        if let Some(reason) = &resolved.reason {
-            emit(Event::BackendChoice {
-                backend: resolved.kind.name().to_string(),
-                reason: reason.clone(),
-            });
-        }
-        resolved
-    });
-    let backend = resolved.as_ref().map(|r| r.kind);
-    let budget_backend = match (backend, &args.resume) {
-        (Some(b), _) => b,
+    if let Some(Resolved {
+        kind,
+        reason: Some(reason),
+        ..
+    }) = &resolved
+    {
+        emit(Event::BackendChoice {
+            backend: kind.name().to_string(),
+            reason: reason.clone(),
+        });
+    }
+    let target = resolved.as_ref().map(Resolved::target);
+    let budget_backend = match (target, &args.resume) {
+        (Some(t), _) => t.backend,
         (None, Some(dir)) => {
             headroom_core::checkpoint::read_state(dir)
                 .with_context(|| format!("cannot resume from {}", dir.display()))?
@@ -195,10 +196,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         source: budget.source,
     });
     let mut trainer = match &args.resume {
-        Some(dir) => Trainer::resume(dir, length_from(&args), backend, options)
+        Some(dir) => Trainer::resume(dir, length_from(&args), target, options)
             .with_context(|| format!("cannot resume from {}", dir.display()))?,
         None => Trainer::new(
-            config_from(&args, backend.unwrap_or(BackendKind::Flex)),
+            config_from(&args, target.unwrap_or(BackendKind::Flex.into())),
             options,
         )
         .context("cannot start training")?,

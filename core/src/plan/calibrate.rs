@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::memory::{LinearCost, MemoryModel};
 use super::search::SpeedModel;
-use crate::backend::{BackendError, BackendKind};
+use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::VqAutoencoderConfig;
@@ -49,15 +49,15 @@ pub struct StepMeasurement {
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
 /// `patches` random patches per micro-batch, on a model of its own that is dropped after.
 pub fn measure_step(
-    backend: BackendKind,
+    target: Target,
     model: &VqAutoencoderConfig,
     patches: usize,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
-    let device = backend.training_device(checkpointing)?;
-    let mut meter = MemoryMeter::new(backend, &device);
+    let device = target.training_device(checkpointing)?;
+    let mut meter = MemoryMeter::new(target.backend, &device);
     if meter.source() == crate::memory::MemorySource::Unmeasured {
-        return Err(CalibrationError::Unmeasured(backend));
+        return Err(CalibrationError::Unmeasured(target.backend));
     }
     meter.cleanup();
     let before = meter.sample().allocated_bytes;
@@ -111,20 +111,20 @@ pub struct Calibration {
 
 /// Four measured steps: two micro-batch sizes, with and without checkpointing.
 pub fn calibrate(
-    backend: BackendKind,
+    target: Target,
     model: &VqAutoencoderConfig,
 ) -> Result<Calibration, CalibrationError> {
     let [small, large] = CALIBRATION_PATCHES;
     // The first step in a process also sets up what stays for its life (thread pools, kernel
     // caches); measured, that would count as the step's own cost.
-    measure_step(backend, model, 1, false)?;
+    measure_step(target, model, 1, false)?;
     let mut measurements = Vec::with_capacity(4);
     for checkpointing in [false, true] {
         for patches in [small, large] {
-            measurements.push(measure_step(backend, model, patches, checkpointing)?);
+            measurements.push(measure_step(target, model, patches, checkpointing)?);
         }
     }
-    Ok(fit(backend, measurements))
+    Ok(fit(target.backend, measurements))
 }
 
 /// Fits the models to measurements; expects the plain pair first, then the checkpointed pair.

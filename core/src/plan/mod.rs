@@ -15,7 +15,7 @@ pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, m
 pub use memory::{Breakdown, LinearCost, MemoryModel};
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
-use crate::backend::BackendKind;
+use crate::backend::Target;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::model::VqAutoencoderConfig;
 
@@ -84,13 +84,13 @@ pub fn breakdown_of(
 /// a step above the budget refits the memory line through what it measured and searches
 /// again. Reports a `dry_run` event per try and the final `plan` event.
 pub fn prepare(
-    backend: BackendKind,
+    target: Target,
     model: &VqAutoencoderConfig,
     planning: &Planning,
     resident_bytes: u64,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
-    let mut calibration = calibrate(backend, model)?;
+    let mut calibration = calibrate(target, model)?;
     let request = PlanRequest {
         budget_bytes: planning.budget_bytes,
         resident_bytes,
@@ -101,7 +101,7 @@ pub fn prepare(
     for attempt in 1..=MAX_DRY_RUNS {
         let plan = search(&calibration.memory, &calibration.speed, &request)?;
         let patches = plan.patches_per_micro_batch();
-        let measured = measure_step(backend, model, patches, plan.checkpointing)?;
+        let measured = measure_step(target, model, patches, plan.checkpointing)?;
         let measured_peak = resident_bytes + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
         sink.emit(Event::DryRun(DryRunReport {

@@ -2,13 +2,18 @@
 //! flex, explained in one line.
 
 use super::{DeviceClass, DeviceReport, MachineReport, gib};
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, Target};
+use crate::model::VqAutoencoderConfig;
+use crate::plan::memory;
 
-/// Free memory a GPU must have for auto to pick it. The default model's smallest training
-/// step measured 6.5 MB of pool memory on wgpu (micro-batch of one patch), so this leaves
-/// ample room for the driver and other programs; the planner (issue 4) will replace it with
-/// the estimate of the smallest plan.
-pub const MIN_FREE_BYTES: u64 = 512 << 20;
+/// Free memory a GPU must have for auto to consider it: twice the analytic size of the
+/// model's smallest step (one patch per micro-batch; parameters, gradients, AdamW moments,
+/// activations), about 17 MB for the default model. The measured smallest steps are 7 MiB
+/// on wgpu and under 20 MiB on flex; the dry-run on the device has the last word.
+pub fn minimum_free_bytes(model: &VqAutoencoderConfig) -> u64 {
+    let b = memory::breakdown(model, 1, 0, 0, 0);
+    2 * (b.parameters + b.gradients + b.optimizer + b.activations + b.data)
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
@@ -16,6 +21,19 @@ pub struct Choice {
     /// The probed device, when the choice is one.
     pub device: Option<DeviceReport>,
     pub reason: String,
+    /// GPUs that fit, best first; the quick benchmark decides among them and the CPU.
+    pub candidates: Vec<DeviceReport>,
+    /// The CPU device auto falls back to.
+    pub cpu: Option<DeviceReport>,
+}
+
+impl Choice {
+    pub fn target(&self) -> Target {
+        Target {
+            backend: self.backend,
+            device: self.device.as_ref().and_then(|d| d.target),
+        }
+    }
 }
 
 fn rank(d: &DeviceReport) -> u8 {
@@ -28,8 +46,10 @@ fn rank(d: &DeviceReport) -> u8 {
     }
 }
 
-/// Picks where to train from a probe report.
+/// Picks where to train from a probe report, by kind of device and free memory; see
+/// [`decide`] for the measured choice among several.
 pub fn choose(report: &MachineReport) -> Choice {
+    let minimum = minimum_free_bytes(&VqAutoencoderConfig::default());
     let mut passed_over = Vec::new();
     let mut candidates: Vec<&DeviceReport> = Vec::new();
     for d in &report.devices {
@@ -44,11 +64,7 @@ pub fn choose(report: &MachineReport) -> Choice {
             }
         } else if !d.usable {
             passed_over.push(format!("{} is not usable in this build", d.name));
-        } else if d
-            .free_memory
-            .bytes
-            .is_some_and(|free| free < MIN_FREE_BYTES)
-        {
+        } else if d.free_memory.bytes.is_some_and(|free| free < minimum) {
             passed_over.push(format!(
                 "{} has only {} free",
                 d.name,
@@ -80,6 +96,8 @@ pub fn choose(report: &MachineReport) -> Choice {
             backend: best.backend,
             device: Some((*best).clone()),
             reason,
+            candidates: candidates.iter().map(|d| (*d).clone()).collect(),
+            cpu: cpu_device(report),
         };
     }
 
@@ -106,8 +124,129 @@ pub fn choose(report: &MachineReport) -> Choice {
     Choice {
         backend,
         reason: format!("auto: {backend} (CPU{free}) - {}", why.join("; ")),
-        device: cpu,
+        device: cpu.clone(),
+        candidates: Vec::new(),
+        cpu,
     }
+}
+
+fn cpu_device(report: &MachineReport) -> Option<DeviceReport> {
+    report
+        .devices
+        .iter()
+        .find(|d| d.class == DeviceClass::Cpu && d.usable)
+        .cloned()
+}
+
+/// GPUs the quick benchmark tries at most, best-ranked first.
+pub const MAX_TRIALS: usize = 3;
+
+/// The measured choice: when a GPU fits, a few real training steps on each candidate (up to
+/// [`MAX_TRIALS`] GPUs) and on the CPU decide, by patches per second. A candidate whose
+/// trial fails is passed over with its error, so a GPU that cannot run the step falls back.
+/// `trial` runs the steps; it is a parameter so the policy can be tested without devices.
+pub fn decide(
+    choice: Choice,
+    mut trial: impl FnMut(&DeviceReport) -> Result<f64, String>,
+) -> Choice {
+    let Some(cpu) = choice.cpu.clone() else {
+        return choice;
+    };
+    if choice.candidates.is_empty() {
+        return choice;
+    }
+    let mut results: Vec<(DeviceReport, Result<f64, String>)> = choice
+        .candidates
+        .iter()
+        .take(MAX_TRIALS)
+        .chain(std::iter::once(&cpu))
+        .map(|d| (d.clone(), trial(d)))
+        .collect();
+    let cpu_rate = results.last().and_then(|(_, r)| r.as_ref().ok().copied());
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(d, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("{} {} failed its trial step ({e})", d.backend, d.name))
+        })
+        .collect();
+    results.retain(|(_, r)| r.is_ok());
+    let best = results
+        .iter()
+        .max_by(|a, b| {
+            let (ra, rb) = (a.1.as_ref().unwrap_or(&0.0), b.1.as_ref().unwrap_or(&0.0));
+            ra.total_cmp(rb)
+        })
+        .map(|(d, r)| (d.clone(), *r.as_ref().unwrap_or(&0.0)));
+    let Some((winner, rate)) = best else {
+        // Nothing ran, the CPU included: keep the kind-based choice and say so.
+        let mut choice = choice;
+        choice.reason = format!("{}; {}", choice.reason, failures.join("; "));
+        return choice;
+    };
+    let free = winner.free_memory.bytes.map_or_else(
+        || "free memory unknown".to_string(),
+        |b| format!("{} free", gib(b)),
+    );
+    let mut reason = if winner.class == DeviceClass::Cpu {
+        format!(
+            "auto: {} (CPU, {free}, {rate:.0} patches/s)",
+            winner.backend
+        )
+    } else {
+        format!(
+            "auto: {} {} ({}, {free}, {rate:.0} patches/s)",
+            winner.backend,
+            winner.name,
+            winner.class.label()
+        )
+    };
+    let mut why = Vec::new();
+    if winner.class != DeviceClass::Cpu
+        && let Some(cpu_rate) = cpu_rate.filter(|r| *r > 0.0)
+    {
+        why.push(format!(
+            "{} would be {:.1}x slower by the quick benchmark",
+            cpu.backend,
+            rate / cpu_rate
+        ));
+    }
+    for (d, r) in &results {
+        if *d != winner && d.class != DeviceClass::Cpu {
+            why.push(format!(
+                "{} {}: {:.0} patches/s",
+                d.backend,
+                d.name,
+                r.as_ref().unwrap_or(&0.0)
+            ));
+        }
+    }
+    why.extend(failures);
+    if !why.is_empty() {
+        reason.push_str(" - ");
+        reason.push_str(&why.join("; "));
+    }
+    Choice {
+        backend: winner.backend,
+        device: Some(winner),
+        reason,
+        candidates: choice.candidates,
+        cpu: choice.cpu,
+    }
+}
+
+/// The trial [`decide`] runs by default: two training steps of the default model at 16
+/// patches on the device (the first also compiles kernels), timed on the second.
+pub fn quick_benchmark(device: &DeviceReport) -> Result<f64, String> {
+    let target = Target {
+        backend: device.backend,
+        device: device.target,
+    };
+    let patches = 16;
+    crate::plan::measure_step(target, &VqAutoencoderConfig::default(), patches, false)
+        .map(|m| patches as f64 / m.seconds.max(1e-9))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -135,6 +274,7 @@ mod tests {
             precisions: vec![Precision::F32],
             max_allocation_bytes: None,
             usable: true,
+            target: None,
             notes: vec![],
         }
     }
@@ -198,7 +338,7 @@ mod tests {
                     BackendKind::Cuda,
                     "busy A100",
                     DeviceClass::DiscreteGpu,
-                    Some(100 << 20),
+                    Some(10 << 20),
                 ),
             ],
             &[],
@@ -210,6 +350,117 @@ mod tests {
             "{}",
             choice.reason
         );
+        let names: Vec<&str> = choice.candidates.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["RTX 3070 Laptop", "Radeon"],
+            "the busy A100 does not fit"
+        );
+    }
+
+    #[test]
+    fn an_a100_beats_a_laptop_gpu_and_a_crashed_probe_leaves_flex() {
+        let report = machine(
+            vec![
+                device(
+                    BackendKind::Cuda,
+                    "RTX 3070 Laptop",
+                    DeviceClass::DiscreteGpu,
+                    Some(7 << 30),
+                ),
+                device(
+                    BackendKind::Cuda,
+                    "A100-SXM4-80GB",
+                    DeviceClass::DiscreteGpu,
+                    Some(79 << 30),
+                ),
+            ],
+            &[],
+        );
+        assert!(choose(&report).reason.contains("A100"));
+
+        let crashed = machine(
+            vec![],
+            &["GPU probe failed: the GPU probe crashed (signal: 11), a driver fault"],
+        );
+        let choice = choose(&crashed);
+        assert_eq!(choice.backend, BackendKind::Flex);
+        assert!(
+            choice.reason.contains("GPU probe failed"),
+            "{}",
+            choice.reason
+        );
+        assert!(choice.candidates.is_empty());
+    }
+
+    fn two_gpus_and_the_cpu() -> Choice {
+        choose(&machine(
+            vec![
+                device(
+                    BackendKind::Wgpu,
+                    "Radeon RX 6600",
+                    DeviceClass::DiscreteGpu,
+                    Some(7 << 30),
+                ),
+                device(
+                    BackendKind::Wgpu,
+                    "Intel Iris Xe",
+                    DeviceClass::IntegratedGpu,
+                    Some(6 << 30),
+                ),
+            ],
+            &["no CUDA device or driver: NVML did not load"],
+        ))
+    }
+
+    #[test]
+    fn the_quick_benchmark_decides_among_candidates_and_says_by_how_much() {
+        let choice = decide(two_gpus_and_the_cpu(), |d| {
+            Ok(match d.name.as_str() {
+                "Radeon RX 6600" => 310.0,
+                "Intel Iris Xe" => 400.0,
+                _ => 100.0,
+            })
+        });
+        assert_eq!(choice.device.as_ref().unwrap().name, "Intel Iris Xe");
+        assert!(
+            choice
+                .reason
+                .contains("flex would be 4.0x slower by the quick benchmark"),
+            "{}",
+            choice.reason
+        );
+        assert!(
+            choice.reason.contains("Radeon RX 6600: 310 patches/s"),
+            "{}",
+            choice.reason
+        );
+    }
+
+    #[test]
+    fn a_gpu_that_fails_its_trial_falls_back_with_the_reason() {
+        let choice = decide(two_gpus_and_the_cpu(), |d| match d.class {
+            DeviceClass::Cpu => Ok(70.0),
+            _ => Err(format!("{}: out of memory", d.name)),
+        });
+        assert_eq!(choice.backend, BackendKind::Flex);
+        assert!(
+            choice
+                .reason
+                .contains("Radeon RX 6600 failed its trial step")
+                && choice
+                    .reason
+                    .contains("Intel Iris Xe failed its trial step"),
+            "{}",
+            choice.reason
+        );
+    }
+
+    #[test]
+    fn the_cpu_alone_needs_no_benchmark() {
+        let report = machine(vec![], &["no CUDA device or driver: NVML did not load"]);
+        let choice = decide(choose(&report), |_| panic!("nothing to compare"));
+        assert_eq!(choice.backend, BackendKind::Flex);
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn probe() -> Vec<DeviceReport> {
                 precisions: vec![Precision::F32],
                 max_allocation_bytes: None,
                 usable: backend.is_built(),
+                target: None,
                 notes,
             }
         })

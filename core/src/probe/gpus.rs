@@ -4,12 +4,25 @@
 //! process (see [`super::isolate`]).
 
 use super::{DeviceClass, DeviceReport, GpuReport, MemoryFigure, Precision};
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, DeviceTarget};
 
-pub fn probe_here() -> GpuReport {
+/// How far the GPU probe may go beyond asking drivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeSettings {
+    /// Where no API reports free memory, allocate up to this many bytes in steps to find
+    /// out (seed 004's allocation test); `None` never allocates.
+    pub allocation_cap: Option<u64>,
+    /// Also allocate on CPU-type adapters (llvmpipe, lavapipe), which auto never picks.
+    pub software_adapters: bool,
+}
+
+/// Bytes per step of the allocation probe.
+pub const ALLOCATION_STEP: u64 = 128 << 20;
+
+pub fn probe_here(settings: ProbeSettings) -> GpuReport {
     let mut report = GpuReport::default();
     nvidia(&mut report);
-    adapters(&mut report);
+    adapters(&mut report, settings);
     report
 }
 
@@ -76,20 +89,21 @@ fn nvidia(report: &mut GpuReport) {
             precisions: vec![Precision::F32, Precision::F16, Precision::Bf16],
             max_allocation_bytes: None,
             usable: BackendKind::Cuda.is_built(),
+            target: Some(DeviceTarget::Cuda(index as usize)),
             notes,
         });
     }
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn adapters(report: &mut GpuReport) {
+fn adapters(report: &mut GpuReport, _settings: ProbeSettings) {
     report
         .findings
         .push("wgpu adapters not probed: the wgpu backend is not in this build".to_string());
 }
 
 #[cfg(feature = "wgpu")]
-fn adapters(report: &mut GpuReport) {
+fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
     use wgpu::{Backends, DeviceType, Features, Instance, InstanceDescriptor};
 
     let instance = Instance::new(InstanceDescriptor {
@@ -103,6 +117,22 @@ fn adapters(report: &mut GpuReport) {
             .push("wgpu found no adapter (no Vulkan, Metal, DX12 or GL driver)".to_string());
     }
     let budgets = vulkan::heaps();
+    // burn's wgpu runtime comes up on the first API of this chain that has an adapter, and
+    // numbers adapters per kind within it (cubecl-wgpu's AutoGraphicsApi).
+    let chain: &[wgpu::Backend] = if cfg!(target_os = "macos") {
+        &[wgpu::Backend::Metal]
+    } else {
+        &[
+            wgpu::Backend::Vulkan,
+            wgpu::Backend::Dx12,
+            wgpu::Backend::Gl,
+        ]
+    };
+    let runtime_api = chain
+        .iter()
+        .copied()
+        .find(|api| adapters.iter().any(|a| a.get_info().backend == *api));
+    let mut per_kind = [0usize; 4];
     for (index, adapter) in adapters.iter().enumerate() {
         let info = adapter.get_info();
         let class = match info.device_type {
@@ -124,14 +154,47 @@ fn adapters(report: &mut GpuReport) {
                     .find(|h| h.vendor == info.vendor && h.device == info.device)
             })
             .flatten();
-        let (total, free) = match heap {
+        let (total, mut free) = match heap {
             Some(h) => (h.total.clone(), h.free.clone()),
             None => (
                 MemoryFigure::unknown(format!("{api} reports no memory size here")),
                 MemoryFigure::unknown(format!("{api} reports no free memory here")),
             ),
         };
+        let allowed = settings.software_adapters || class != DeviceClass::SoftwareAdapter;
+        if free.bytes.is_none()
+            && allowed
+            && let Some(cap) = settings.allocation_cap
+        {
+            free = allocation::probe(adapter, cap, &free.source);
+        }
         let mut notes = Vec::new();
+        let target = if Some(info.backend) == runtime_api {
+            let slot = |i: usize, per_kind: &mut [usize; 4]| {
+                per_kind[i] += 1;
+                per_kind[i] - 1
+            };
+            match info.device_type {
+                DeviceType::DiscreteGpu => Some(DeviceTarget::DiscreteGpu(slot(0, &mut per_kind))),
+                DeviceType::IntegratedGpu => {
+                    Some(DeviceTarget::IntegratedGpu(slot(1, &mut per_kind)))
+                }
+                DeviceType::VirtualGpu => Some(DeviceTarget::VirtualGpu(slot(2, &mut per_kind))),
+                DeviceType::Cpu => Some(DeviceTarget::CpuAdapter),
+                DeviceType::Other => None,
+            }
+        } else {
+            None
+        };
+        if target.is_none() {
+            notes.push(match runtime_api {
+                Some(api) if api != info.backend => format!(
+                    "burn's wgpu runtime uses {api:?} on this machine, not {:?}",
+                    info.backend
+                ),
+                _ => "burn's wgpu runtime cannot address this adapter".to_string(),
+            });
+        }
         if class == DeviceClass::SoftwareAdapter {
             notes.push(
                 "runs on the CPU: slower than flex, never chosen by --backend auto".to_string(),
@@ -154,9 +217,80 @@ fn adapters(report: &mut GpuReport) {
             free_memory: free,
             precisions,
             max_allocation_bytes: Some(adapter.limits().max_buffer_size),
-            usable: true,
+            usable: target.is_some(),
+            target,
             notes,
         });
+    }
+}
+
+/// Free memory found by allocating it: buffers of [`ALLOCATION_STEP`] bytes, each cleared so
+/// the driver must back it, until one fails or the cap is reached; all freed at the end.
+#[cfg(feature = "wgpu")]
+mod allocation {
+    use super::{ALLOCATION_STEP, MemoryFigure};
+    use crate::memory::human;
+    use wgpu::{BufferDescriptor, BufferUsages, DeviceDescriptor, ErrorFilter, PollType};
+
+    pub fn probe(adapter: &wgpu::Adapter, cap: u64, why: &str) -> MemoryFigure {
+        let step = ALLOCATION_STEP.min(adapter.limits().max_buffer_size) & !3;
+        let requested = futures_lite::future::block_on(adapter.request_device(&DeviceDescriptor {
+            label: Some("headroom allocation probe"),
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }));
+        let (device, queue) = match requested {
+            Ok(pair) => pair,
+            Err(e) => {
+                return MemoryFigure::unknown(format!(
+                    "{why}; the allocation probe could not open the device: {e}"
+                ));
+            }
+        };
+        let mut buffers = Vec::new();
+        let mut allocated = 0u64;
+        let mut failure = None;
+        while step > 0 && allocated + step <= cap {
+            let scope = device.push_error_scope(ErrorFilter::OutOfMemory);
+            let buffer = device.create_buffer(&BufferDescriptor {
+                label: None,
+                size: step,
+                usage: BufferUsages::STORAGE | BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut encoder = device.create_command_encoder(&Default::default());
+            encoder.clear_buffer(&buffer, 0, None);
+            queue.submit([encoder.finish()]);
+            let polled = device.poll(PollType::wait_indefinitely());
+            if let Some(error) = futures_lite::future::block_on(scope.pop()) {
+                failure = Some(error.to_string());
+                break;
+            }
+            if let Err(e) = polled {
+                failure = Some(e.to_string());
+                break;
+            }
+            buffers.push(buffer);
+            allocated += step;
+        }
+        drop(buffers);
+        match failure {
+            Some(error) => MemoryFigure::known(
+                allocated,
+                format!(
+                    "allocation probe: {} in {} MiB steps before an allocation failed ({error})",
+                    human(allocated),
+                    step >> 20
+                ),
+            ),
+            None => MemoryFigure::at_least(
+                allocated,
+                format!(
+                    "allocation probe: at least {}, stopped at its cap ({why})",
+                    human(allocated)
+                ),
+            ),
+        }
     }
 }
 

@@ -52,6 +52,9 @@ pub enum Precision {
 pub struct MemoryFigure {
     pub bytes: Option<u64>,
     pub source: String,
+    /// The figure is a floor (an allocation probe stopped at its cap), not a reading.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_least: bool,
 }
 
 impl MemoryFigure {
@@ -59,6 +62,14 @@ impl MemoryFigure {
         Self {
             bytes: Some(bytes),
             source: source.into(),
+            at_least: false,
+        }
+    }
+
+    pub fn at_least(bytes: u64, source: impl Into<String>) -> Self {
+        Self {
+            at_least: true,
+            ..Self::known(bytes, source)
         }
     }
 
@@ -66,6 +77,7 @@ impl MemoryFigure {
         Self {
             bytes: None,
             source: reason.into(),
+            at_least: false,
         }
     }
 }
@@ -92,6 +104,9 @@ pub struct DeviceReport {
     pub max_allocation_bytes: Option<u64>,
     /// Whether this build can train on it; `notes` says why not.
     pub usable: bool,
+    /// How burn addresses it; `None` for the CPU backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<crate::backend::DeviceTarget>,
     pub notes: Vec<String>,
 }
 
@@ -113,14 +128,17 @@ pub struct GpuReport {
 
 /// Probes the machine. `child` runs the GPU half in another process (see
 /// [`isolate::ChildProbe`]); `None` probes GPUs in this process, for tools that accept the risk.
-pub fn probe_machine(child: Option<&isolate::ChildProbe>) -> MachineReport {
+pub fn probe_machine(
+    child: Option<&isolate::ChildProbe>,
+    settings: gpus::ProbeSettings,
+) -> MachineReport {
     let started = std::time::Instant::now();
     let gpus = match child {
         Some(child) => child.run().unwrap_or_else(|reason| GpuReport {
             devices: Vec::new(),
             findings: vec![format!("GPU probe failed: {reason}")],
         }),
-        None => gpus::probe_here(),
+        None => gpus::probe_here(settings),
     };
     let mut devices = gpus.devices;
     devices.extend(cpu::probe());

@@ -4,7 +4,7 @@
 use headroom_datasets::{PatchPlacement, PatchSpec, SyntheticConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, DeviceTarget, Target};
 use crate::model::VqAutoencoderConfig;
 
 /// Where the clips come from.
@@ -32,6 +32,9 @@ pub enum RunLength {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
     pub backend: BackendKind,
+    /// Which device of the backend (`--device wgpu:1`); `None`: its default device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceTarget>,
     /// Spectrograms per micro-batch (seed 001's `--batch_size`).
     pub micro_batch: usize,
     pub n_patches: usize,
@@ -76,6 +79,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         Self {
             backend: BackendKind::Flex,
+            device: None,
             micro_batch: 8,
             n_patches: 4,
             stride: 32,
@@ -121,6 +125,13 @@ pub enum ConfigError {
 }
 
 impl TrainConfig {
+    pub fn target(&self) -> Target {
+        Target {
+            backend: self.backend,
+            device: self.device,
+        }
+    }
+
     pub fn patch_spec(&self) -> PatchSpec {
         PatchSpec {
             n_patches: self.n_patches,

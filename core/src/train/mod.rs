@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
 
-use crate::backend::{BackendError, BackendKind};
+use crate::backend::{BackendError, Target};
 use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
 use crate::data::{Normalization, TrainStream, clip_patches};
 use crate::eval;
@@ -203,13 +203,13 @@ fn plan_run(
     let Some(planning) = &options.planning else {
         return Ok((None, Vec::new()));
     };
-    let plain = config.backend.device()?;
+    let plain = config.target().device()?;
     let resident = MemoryMeter::new(config.backend, &plain)
         .sample()
         .allocated_bytes;
     let mut events = Vec::new();
     let prepared = crate::plan::prepare(
-        config.backend,
+        config.target(),
         &config.model,
         planning,
         resident,
@@ -276,7 +276,7 @@ impl Trainer {
         let normalization = Normalization::fit(&splits.train);
         let mut config = config;
         let planned = plan_run(&mut config, &options)?;
-        let device = config.backend.training_device(config.checkpointing)?;
+        let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
         let model = config.model.init(&device);
         let start = Start {
@@ -290,16 +290,17 @@ impl Trainer {
     }
 
     /// Continues the run saved at `path`. `length` replaces the saved run length (to train
-    /// further); `backend` moves the run to another backend.
+    /// further); `target` moves the run to another backend or device.
     pub fn resume(
         path: &std::path::Path,
         length: Option<RunLength>,
-        backend: Option<BackendKind>,
+        target: Option<Target>,
         options: RunOptions,
     ) -> Result<Self, TrainError> {
         let mut config = checkpoint::read_state(path)?.config;
-        if let Some(backend) = backend {
-            config.backend = backend;
+        if let Some(target) = target {
+            config.backend = target.backend;
+            config.device = target.device;
         }
         if let Some(length) = length {
             config.length = length;
@@ -307,7 +308,7 @@ impl Trainer {
         let splits = Splits::load(&config);
         // A resumed run may be planned again (another device, another budget).
         let planned = replan_resumed(&mut config, &options)?;
-        let device = config.backend.training_device(config.checkpointing)?;
+        let device = config.target().training_device(config.checkpointing)?;
         let loaded = checkpoint::load(path, &device)?;
         let start = Start {
             device,
