@@ -238,25 +238,14 @@ pub struct TrainArgs {
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
     pub device: Option<DeviceArg>,
-    /// Spectrograms per micro-batch.
-    #[arg(long, alias = "batch_size")]
-    pub batch_size: Option<usize>,
-    /// Patches taken from each spectrogram.
-    #[arg(long, alias = "n_patches")]
-    pub n_patches: Option<usize>,
+    #[command(flatten)]
+    pub split: SplitArgs,
     /// Frames between consecutive patches of a spectrogram.
     #[arg(long)]
     pub stride: Option<usize>,
     /// Where the run of patches sits in a spectrogram: centred, or random each time.
     #[arg(long, value_enum)]
     pub placement: Option<Placement>,
-    /// Micro-batches whose gradients are summed before each optimizer step.
-    #[arg(
-        long,
-        alias = "gradient_accumulation_steps",
-        alias = "gradient-accumulation"
-    )]
-    pub gradient_accumulation_steps: Option<usize>,
     /// Passes over the train split.
     #[arg(long, conflicts_with = "steps")]
     pub epochs: Option<u64>,
@@ -311,6 +300,24 @@ pub struct TrainArgs {
     /// One JSON object per line per event, instead of progress bars.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How a step is split, when the user fixes it; the planner chooses what is left out.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SplitArgs {
+    /// Spectrograms per micro-batch [default: planned].
+    #[arg(long, alias = "batch_size")]
+    pub batch_size: Option<usize>,
+    /// Patches taken from each spectrogram [default: planned, preferring 4].
+    #[arg(long, alias = "n_patches")]
+    pub n_patches: Option<usize>,
+    /// Micro-batches whose gradients are summed before each optimizer step [default: planned].
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "gradient-accumulation"
+    )]
+    pub gradient_accumulation_steps: Option<usize>,
 }
 
 /// The planner's inputs, shared by `train` and `plan`.
@@ -382,19 +389,8 @@ pub struct PlanArgs {
     pub backend: Backend,
     #[command(flatten)]
     pub memory: MemoryArgs,
-    /// Spectrograms per micro-batch (fixes it).
-    #[arg(long, alias = "batch_size")]
-    pub batch_size: Option<usize>,
-    /// Patches per spectrogram (fixes it).
-    #[arg(long, alias = "n_patches")]
-    pub n_patches: Option<usize>,
-    /// Micro-batches per step (fixes it).
-    #[arg(
-        long,
-        alias = "gradient_accumulation_steps",
-        alias = "gradient-accumulation"
-    )]
-    pub gradient_accumulation_steps: Option<usize>,
+    #[command(flatten)]
+    pub split: SplitArgs,
     /// The plans for common GPUs and this CPU, in one table.
     #[arg(long, conflicts_with_all = ["memory_budget", "simulate_device"])]
     pub what_if: bool,

@@ -34,13 +34,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         return verify(spec, args.json, target, &model);
     }
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
-    let planning = crate::train::planning(
-        &args.memory,
-        args.batch_size,
-        args.n_patches,
-        args.gradient_accumulation_steps,
-        budget.bytes,
-    )?;
+    let planning = crate::train::planning(&args.memory, &args.split, budget.bytes)?;
     let mut events: Vec<Event> = Vec::new();
     let prepared = if args.no_dry_run {
         let calibration = plan::calibrate(target, &model)?;
@@ -141,13 +135,7 @@ fn what_if(
     );
     let backend = target.backend;
     let calibration: Calibration = plan::calibrate(target, model)?;
-    let planning = crate::train::planning(
-        &args.memory,
-        args.batch_size,
-        args.n_patches,
-        args.gradient_accumulation_steps,
-        0,
-    )?;
+    let planning = crate::train::planning(&args.memory, &args.split, 0)?;
     let cpu = headroom_core::probe::cpu::probe()
         .into_iter()
         .find(|d| d.backend.is_host())
@@ -195,29 +183,16 @@ fn what_if(
         planning.effective_batch
     );
     println!(
-        "{:<28} {:>10}  {:<40} {:>12}",
+        "{:<28} {:>10}  {:<62} {:>12}",
         "device", "budget", "plan", "predicted"
     );
     for row in &rows {
         let (plan, predicted) = match &row.plan {
-            Ok(p) => (
-                format!(
-                    "{} x {} x {}{}",
-                    p.micro_batch,
-                    p.n_patches,
-                    p.accumulation,
-                    if p.checkpointing {
-                        ", checkpointing"
-                    } else {
-                        ""
-                    }
-                ),
-                gib(p.predicted_peak_bytes),
-            ),
+            Ok(p) => (p.split_words(), gib(p.predicted_peak_bytes)),
             Err(e) => (format!("does not fit: {e}"), String::new()),
         };
         println!(
-            "{:<28} {:>10}  {:<40} {:>12}",
+            "{:<28} {:>10}  {:<62} {:>12}",
             row.device,
             gib(row.budget_bytes),
             plan,
@@ -225,7 +200,7 @@ fn what_if(
         );
     }
     println!(
-        "Plans are micro-batch x patches x accumulation. Memory per patch was measured on {backend} \
+        "Memory per patch was measured on {backend} \
          on this machine; a GPU's memory pool adds its own rounding, which the dry-run step \
          checks when training there."
     );

@@ -9,18 +9,17 @@ use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
 
-use crate::args::{Backend, MemoryArgs, Resolved, TrainArgs};
+use crate::args::{Backend, MemoryArgs, Resolved, SplitArgs, TrainArgs};
 use crate::render::ProgressRenderer;
 
 /// The planner's request: the effective batch the flags describe (or `--effective-batch`),
 /// and every flag the user set as a constraint.
-pub fn planning(
-    memory: &MemoryArgs,
-    micro_batch: Option<usize>,
-    n_patches: Option<usize>,
-    accumulation: Option<usize>,
-    budget_bytes: u64,
-) -> Result<Planning> {
+pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Result<Planning> {
+    let SplitArgs {
+        batch_size: micro_batch,
+        n_patches,
+        gradient_accumulation_steps: accumulation,
+    } = *split;
     for (name, value) in [
         ("--batch-size", micro_batch),
         ("--n-patches", n_patches),
@@ -34,10 +33,6 @@ pub fn planning(
         micro_batch.unwrap_or(defaults.micro_batch)
             * n_patches.unwrap_or(defaults.n_patches)
             * accumulation.unwrap_or(defaults.accumulation),
-    );
-    anyhow::ensure!(
-        effective_batch > 0,
-        "the effective batch must be at least one patch"
     );
     Ok(Planning {
         budget_bytes,
@@ -62,10 +57,10 @@ fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
             *slot = v;
         }
     };
-    set(&mut c.micro_batch, args.batch_size);
-    set(&mut c.n_patches, args.n_patches);
+    set(&mut c.micro_batch, args.split.batch_size);
+    set(&mut c.n_patches, args.split.n_patches);
     set(&mut c.stride, args.stride);
-    set(&mut c.accumulation, args.gradient_accumulation_steps);
+    set(&mut c.accumulation, args.split.gradient_accumulation_steps);
     if let Some(p) = args.placement {
         c.placement = p.into();
     }
@@ -183,13 +178,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     tracing::info!(bytes = budget.bytes, source = %budget.source, "memory budget");
     options.budget = Some(Budget::new(budget.bytes));
     if !args.no_plan {
-        options.planning = Some(planning(
-            &args.memory,
-            args.batch_size,
-            args.n_patches,
-            args.gradient_accumulation_steps,
-            budget.bytes,
-        )?);
+        options.planning = Some(planning(&args.memory, &args.split, budget.bytes)?);
     }
     emit(Event::Budget {
         bytes: budget.bytes,

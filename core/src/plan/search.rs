@@ -67,6 +67,19 @@ impl Plan {
     pub fn patches_per_micro_batch(&self) -> usize {
         self.micro_batch * self.n_patches
     }
+
+    /// "micro-batch 35 x 4 patches x accumulation 3 (the last 30)".
+    pub fn split_words(&self) -> String {
+        let clips = self.effective_batch / self.n_patches.max(1);
+        let last = clips.saturating_sub((self.accumulation.max(1) - 1) * self.micro_batch);
+        describe(
+            self.micro_batch,
+            self.n_patches,
+            self.accumulation,
+            last,
+            self.checkpointing,
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
