@@ -117,6 +117,7 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             .push("wgpu found no adapter (no Vulkan, Metal, DX12 or GL driver)".to_string());
     }
     let budgets = vulkan::heaps();
+    let native = native::free_memory();
     // burn's wgpu runtime comes up on the first API of this chain that has an adapter, and
     // numbers adapters per kind within it (cubecl-wgpu's AutoGraphicsApi).
     let chain: &[wgpu::Backend] = if cfg!(target_os = "macos") {
@@ -154,13 +155,22 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
                     .find(|h| h.vendor == info.vendor && h.device == info.device)
             })
             .flatten();
-        let (total, mut free) = match heap {
+        let (mut total, mut free) = match heap {
             Some(h) => (h.total.clone(), h.free.clone()),
             None => (
                 MemoryFigure::unknown(format!("{api} reports no memory size here")),
                 MemoryFigure::unknown(format!("{api} reports no free memory here")),
             ),
         };
+        // DXGI (Windows) and Metal (macOS) know the adapter whatever API wgpu reached it by.
+        if let Some(n) = native.iter().find(|n| n.matches(&info)) {
+            if free.bytes.is_none() {
+                free = n.free.clone();
+            }
+            if total.bytes.is_none() {
+                total = n.total.clone();
+            }
+        }
         let allowed = settings.software_adapters || class != DeviceClass::SoftwareAdapter;
         if free.bytes.is_none()
             && allowed
@@ -221,6 +231,111 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             target,
             notes,
         });
+    }
+}
+
+/// Free and total memory from the operating system's own graphics API: DXGI's video memory
+/// budget on Windows, a Metal device's recommended working set on macOS. Both are
+/// compile-checked here (Linux has neither); elsewhere the list is empty.
+#[cfg(feature = "wgpu")]
+mod native {
+    use super::MemoryFigure;
+
+    pub struct Native {
+        pub vendor: Option<u32>,
+        pub device: Option<u32>,
+        pub name: Option<String>,
+        pub total: MemoryFigure,
+        pub free: MemoryFigure,
+    }
+
+    impl Native {
+        pub fn matches(&self, info: &wgpu::AdapterInfo) -> bool {
+            match (self.vendor, self.device, &self.name) {
+                (Some(v), Some(d), _) => v == info.vendor && d == info.device,
+                (_, _, Some(name)) => *name == info.name,
+                _ => false,
+            }
+        }
+    }
+
+    #[cfg(windows)]
+    pub fn free_memory() -> Vec<Native> {
+        use windows::Win32::Graphics::Dxgi::{
+            CreateDXGIFactory1, DXGI_MEMORY_SEGMENT_GROUP_LOCAL, DXGI_QUERY_VIDEO_MEMORY_INFO,
+            IDXGIAdapter3, IDXGIFactory1,
+        };
+        use windows::core::Interface;
+
+        let mut found = Vec::new();
+        // SAFETY: COM calls on objects DXGI created here, each checked for failure; the
+        // info structure is a plain out-parameter owned by this frame.
+        unsafe {
+            let Ok(factory) = CreateDXGIFactory1::<IDXGIFactory1>() else {
+                return found;
+            };
+            let mut index = 0;
+            while let Ok(adapter) = factory.EnumAdapters1(index) {
+                index += 1;
+                let Ok(desc) = adapter.GetDesc1() else {
+                    continue;
+                };
+                let Ok(adapter3) = adapter.cast::<IDXGIAdapter3>() else {
+                    continue;
+                };
+                let mut info = DXGI_QUERY_VIDEO_MEMORY_INFO::default();
+                let free = match adapter3.QueryVideoMemoryInfo(
+                    0,
+                    DXGI_MEMORY_SEGMENT_GROUP_LOCAL,
+                    &mut info,
+                ) {
+                    Ok(()) => MemoryFigure::known(
+                        info.Budget.saturating_sub(info.CurrentUsage),
+                        "DXGI video memory budget",
+                    ),
+                    Err(e) => MemoryFigure::unknown(format!("DXGI: {e}")),
+                };
+                found.push(Native {
+                    vendor: Some(desc.VendorId),
+                    device: Some(desc.DeviceId),
+                    name: None,
+                    total: MemoryFigure::known(
+                        desc.DedicatedVideoMemory as u64,
+                        "DXGI dedicated video memory",
+                    ),
+                    free,
+                });
+            }
+        }
+        found
+    }
+
+    #[cfg(target_os = "macos")]
+    pub fn free_memory() -> Vec<Native> {
+        use objc2_metal::{MTLCopyAllDevices, MTLDevice};
+
+        MTLCopyAllDevices()
+            .iter()
+            .map(|device| {
+                let working_set = device.recommendedMaxWorkingSetSize();
+                let allocated = device.currentAllocatedSize() as u64;
+                Native {
+                    vendor: None,
+                    device: None,
+                    name: Some(device.name().to_string()),
+                    total: MemoryFigure::known(working_set, "Metal recommended working set"),
+                    free: MemoryFigure::known(
+                        working_set.saturating_sub(allocated),
+                        "Metal recommended working set minus this process's allocations",
+                    ),
+                }
+            })
+            .collect()
+    }
+
+    #[cfg(not(any(windows, target_os = "macos")))]
+    pub fn free_memory() -> Vec<Native> {
+        Vec::new()
     }
 }
 
