@@ -53,6 +53,18 @@ pub struct PatchBatch {
 }
 
 impl PatchBatch {
+    /// The batch in pieces of at most `max` patches, so that scoring a long clip never
+    /// needs more memory than a training micro-batch.
+    pub fn chunks(&self, max: usize) -> impl Iterator<Item = PatchBatch> + '_ {
+        let per_patch = PATCH_SIZE * PATCH_SIZE;
+        self.values
+            .chunks(max.max(1) * per_patch)
+            .map(move |values| PatchBatch {
+                values: values.to_vec(),
+                patches: values.len() / per_patch,
+            })
+    }
+
     pub fn to_tensor(self, device: &Device) -> Tensor<4> {
         Tensor::from_data(
             TensorData::new(self.values, [self.patches, 1, PATCH_SIZE, PATCH_SIZE]),
@@ -162,6 +174,22 @@ fn mix(seed: u64, a: u64, salt: u64) -> u64 {
 mod tests {
     use super::*;
     use headroom_datasets::{Label, PatchPlacement, Spectrogram};
+
+    #[test]
+    fn a_batch_splits_into_chunks_that_keep_every_patch_in_order() {
+        let per_patch = PATCH_SIZE * PATCH_SIZE;
+        let batch = PatchBatch {
+            values: (0..5 * per_patch).map(|v| v as f32).collect(),
+            patches: 5,
+        };
+        let parts: Vec<PatchBatch> = batch.chunks(2).collect();
+        assert_eq!(
+            parts.iter().map(|p| p.patches).collect::<Vec<_>>(),
+            [2, 2, 1]
+        );
+        let joined: Vec<f32> = parts.into_iter().flat_map(|p| p.values).collect();
+        assert_eq!(joined, batch.values);
+    }
 
     fn clips(n: usize) -> Vec<Clip> {
         (0..n)

@@ -11,12 +11,14 @@ use crate::events::{EvaluationReport, MachineScore};
 use crate::metrics::roc_auc;
 use crate::model::VqAutoencoder;
 
-/// Score of each clip, in the order given.
+/// Score of each clip, in the order given, from at most `chunk` patches on the device at
+/// a time.
 pub fn clip_scores(
     model: &VqAutoencoder,
     device: &Device,
     clips: &[Clip],
     stride: usize,
+    chunk: usize,
     normalization: &Normalization,
 ) -> Vec<f64> {
     clips
@@ -24,8 +26,14 @@ pub fn clip_scores(
         .map(|clip| {
             let batch = clip_patches(clip, stride, normalization)
                 .expect("test clips were checked against the patch settings");
-            let errors = model.patch_errors(batch.to_tensor(device));
-            errors.mean().into_scalar::<f32>() as f64
+            let sum: f64 = batch
+                .chunks(chunk)
+                .map(|part| {
+                    let errors = model.patch_errors(part.to_tensor(device));
+                    errors.sum().into_scalar::<f32>() as f64
+                })
+                .sum();
+            sum / batch.patches.max(1) as f64
         })
         .collect()
 }
@@ -35,9 +43,10 @@ pub fn evaluate(
     device: &Device,
     clips: &[Clip],
     stride: usize,
+    chunk: usize,
     normalization: &Normalization,
 ) -> EvaluationReport {
-    let scores = clip_scores(model, device, clips, stride, normalization);
+    let scores = clip_scores(model, device, clips, stride, chunk, normalization);
     let mut by_machine: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for (clip, score) in clips.iter().zip(scores) {
         let entry = by_machine.entry(clip.machine_id).or_default();

@@ -626,6 +626,12 @@ impl Trainer {
         })
     }
 
+    /// Patches scored at once: a training micro-batch's worth, which a forward pass without
+    /// autodiff holds in less memory than the plan gave a training step.
+    fn eval_chunk(&self) -> usize {
+        (self.config.micro_batch * self.config.n_patches).max(1)
+    }
+
     /// Mean loss over the held-out clips, evaluated without autodiff.
     pub fn validation_loss(&self) -> f64 {
         let model = self.model.valid();
@@ -634,12 +640,14 @@ impl Trainer {
         for clip in &self.validation {
             let batch = clip_patches(clip, self.config.stride, &self.normalization)
                 .expect("validation clips were checked against the patch settings");
-            let patches = batch.patches;
-            let x = batch.to_tensor(&device);
-            let output = model.forward(x.clone());
-            let loss = model.loss(x, &output).total.into_scalar::<f32>() as f64;
-            sum += loss * patches as f64;
-            n += patches;
+            for part in batch.chunks(self.eval_chunk()) {
+                let patches = part.patches;
+                let x = part.to_tensor(&device);
+                let output = model.forward(x.clone());
+                let loss = model.loss(x, &output).total.into_scalar::<f32>() as f64;
+                sum += loss * patches as f64;
+                n += patches;
+            }
         }
         sum / n.max(1) as f64
     }
@@ -652,6 +660,7 @@ impl Trainer {
             &device,
             &self.test,
             self.config.eval_stride,
+            self.eval_chunk(),
             &self.normalization,
         )
     }
