@@ -133,12 +133,61 @@ fn training_under_a_budget_stays_under_it_and_reports_the_plan() {
     let config = events(&all, "config")[0];
     assert_eq!(config["effective_batch"], 128);
     assert_eq!(config["budget_bytes"], budget);
-    assert_eq!(config["precision"], "f32");
+    assert_eq!(config["precision"], plan[0]["precision"]);
     assert!(config["checkpointing"].is_boolean());
     assert!(config["predicted_peak_bytes"].as_u64().unwrap() <= budget);
     for step in events(&all, "step") {
         let peak = step["mem_peak_bytes"].as_u64().unwrap();
         assert!(peak <= budget, "step peaked at {peak}");
         assert_eq!(step["mem_budget_bytes"], budget);
+    }
+}
+
+/// Mixed precision trains as f32 does: f16 compute with f32 parameters follows the f32 run's
+/// losses step by step (same seed, same data).
+#[test]
+fn training_in_f16_follows_f32() {
+    let run = |precision: &str| -> (Vec<f64>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let all = run_json(&[
+            "train",
+            "--json",
+            "--no-eval",
+            "--backend",
+            "flex",
+            "--precision",
+            precision,
+            "--machine-ids",
+            "1",
+            "--train-clips-per-id",
+            "8",
+            "--batch-size",
+            "2",
+            "--steps",
+            "8",
+            "--out",
+            dir.path().join("run").to_str().unwrap(),
+        ]);
+        let losses = events(&all, "step")
+            .iter()
+            .map(|s| s["loss"].as_f64().unwrap())
+            .collect();
+        let used = events(&all, "config")[0]["precision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (losses, used)
+    };
+    let (full, used_full) = run("f32");
+    let (half, used_half) = run("f16");
+    assert_eq!((used_full.as_str(), used_half.as_str()), ("f32", "f16"));
+    assert_eq!(half.len(), 8);
+    for (step, (a, b)) in full.iter().zip(&half).enumerate() {
+        assert!(b.is_finite(), "step {}: {b}", step + 1);
+        assert!(
+            (a - b).abs() <= 0.02 * a.abs(),
+            "step {}: f16 loss {b} vs f32 {a}",
+            step + 1
+        );
     }
 }

@@ -36,6 +36,9 @@ pub struct BenchConfig {
     /// burn's balanced gradient checkpointing.
     #[serde(default)]
     pub checkpointing: bool,
+    /// Encoder and decoder compute precision (mixed precision; f32 parameters).
+    #[serde(default)]
+    pub precision: crate::probe::Precision,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +83,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
             lr: 1e-3,
             clip_norm: Some(1.0),
             objective: Objective::VectorQuantized,
+            precision: config.precision,
         };
         let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter)?;
         model = next;

@@ -58,6 +58,7 @@ pub struct DryRunReport {
     pub n_patches: usize,
     pub accumulation: usize,
     pub checkpointing: bool,
+    pub precision: crate::probe::Precision,
     pub predicted_peak_bytes: u64,
     pub measured_peak_bytes: u64,
     pub budget_bytes: u64,

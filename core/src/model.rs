@@ -8,7 +8,9 @@ use burn::module::{Module, Param};
 use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Distribution, Int, Tensor};
+use burn::tensor::module::{conv_transpose2d, conv2d};
+use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
+use burn::tensor::{Device, Distribution, FloatDType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// The shape of the default model; the values are MODEL.md's.
@@ -101,12 +103,70 @@ impl VqAutoencoderConfig {
     }
 }
 
+/// A convolution computed in `compute` precision: its weights are cast where they are used,
+/// so the parameters (and the optimizer's view of them) stay f32 and receive f32 gradients
+/// through the cast, as mixed precision keeps master weights.
+fn conv(layer: &Conv2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+    let Some(dt) = compute else {
+        return layer.forward(x);
+    };
+    // The model builds every convolution with explicit padding (burn keeps its resolver for
+    // `Same` private); `Valid` is no padding.
+    let padding = match layer.padding {
+        PaddingConfig2d::Explicit(top, left, bottom, right) => [(top, bottom), (left, right)],
+        _ => [(0, 0), (0, 0)],
+    };
+    let options =
+        ConvOptions::new_with_padding(layer.stride, padding, layer.dilation, layer.groups);
+    conv2d(
+        x,
+        layer.weight.val().cast(dt),
+        layer.bias.as_ref().map(|b| b.val().cast(dt)),
+        options,
+    )
+}
+
+fn up(layer: &ConvTranspose2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+    let Some(dt) = compute else {
+        return layer.forward(x);
+    };
+    conv_transpose2d(
+        x,
+        layer.weight.val().cast(dt),
+        layer.bias.as_ref().map(|b| b.val().cast(dt)),
+        ConvTransposeOptions::new(
+            layer.stride,
+            layer.padding,
+            layer.padding_out,
+            layer.dilation,
+            layer.groups,
+        ),
+    )
+}
+
+fn to_f32(x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+    match compute {
+        Some(_) => x.cast(FloatDType::F32),
+        None => x,
+    }
+}
+
 impl VqAutoencoder {
     pub fn encode(&self, patches: Tensor<4>) -> Tensor<4> {
-        let x = relu(self.enc1.forward(patches));
-        let x = relu(self.enc2.forward(x));
-        let x = relu(self.enc3.forward(x));
-        self.latent.forward(x)
+        self.encode_in(patches, None)
+    }
+
+    /// The encoder with convolutions in `compute` precision (`None`: as stored, f32); the
+    /// latent comes back in that precision.
+    pub fn encode_in(&self, patches: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+        let x = match compute {
+            Some(dt) => patches.cast(dt),
+            None => patches,
+        };
+        let x = relu(conv(&self.enc1, x, compute));
+        let x = relu(conv(&self.enc2, x, compute));
+        let x = relu(conv(&self.enc3, x, compute));
+        conv(&self.latent, x, compute)
     }
 
     /// Nearest code per latent position by squared L2 distance.
@@ -146,19 +206,35 @@ impl VqAutoencoder {
     }
 
     pub fn decode(&self, quantized: Tensor<4>) -> Tensor<4> {
-        let x = relu(self.dec1.forward(quantized));
-        let x = relu(self.dec2.forward(x));
-        let x = relu(self.dec3.forward(x));
-        self.out.forward(x)
+        self.decode_in(quantized, None)
+    }
+
+    /// The decoder in `compute` precision; the reconstruction comes back in f32.
+    pub fn decode_in(&self, quantized: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+        let x = match compute {
+            Some(dt) => quantized.cast(dt),
+            None => quantized,
+        };
+        let x = relu(up(&self.dec1, x, compute));
+        let x = relu(up(&self.dec2, x, compute));
+        let x = relu(up(&self.dec3, x, compute));
+        to_f32(conv(&self.out, x, compute), compute)
     }
 
     pub fn forward(&self, patches: Tensor<4>) -> VqOutput {
-        let latent = self.encode(patches);
+        self.forward_in(patches, None)
+    }
+
+    /// The forward pass with encoder and decoder in `compute` precision (mixed precision:
+    /// activations kept for backward take half the memory in f16/bf16). The quantizer and
+    /// everything the loss reads are f32.
+    pub fn forward_in(&self, patches: Tensor<4>, compute: Option<FloatDType>) -> VqOutput {
+        let latent = to_f32(self.encode_in(patches, compute), compute);
         let (quantized, codes) = self.quantize(&latent);
         // Straight-through: the decoder sees the codes, the encoder gets the decoder's gradient.
         let straight_through = latent.clone() + (quantized.clone() - latent.clone()).detach();
         VqOutput {
-            reconstruction: self.decode(straight_through),
+            reconstruction: self.decode_in(straight_through, compute),
             latent,
             quantized,
             codes,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use headroom_core::probe::choose;
+use headroom_core::probe::{Precision, choose};
 use headroom_core::{BackendKind, Target};
 use headroom_datasets::PatchPlacement;
 
@@ -354,6 +354,11 @@ pub struct MemoryArgs {
     /// Never use gradient checkpointing.
     #[arg(long)]
     pub no_gradient_checkpointing: bool,
+    /// Compute precision of encoder and decoder: f32, or mixed precision f16/bf16 with f32
+    /// parameters (seed 001's AMP) [default: the planner decides, f32 unless half fits a
+    /// larger micro-batch at no loss of speed].
+    #[arg(long)]
+    pub precision: Option<Precision>,
 }
 
 impl Default for MemoryArgs {
@@ -365,6 +370,7 @@ impl Default for MemoryArgs {
             effective_batch: None,
             use_gradient_checkpointing: false,
             no_gradient_checkpointing: false,
+            precision: None,
         }
     }
 }
@@ -416,6 +422,9 @@ pub struct BenchArgs {
     /// burn's balanced gradient checkpointing.
     #[arg(long, alias = "use_gradient_checkpointing")]
     pub use_gradient_checkpointing: bool,
+    /// Compute precision: f32, or mixed precision f16/bf16.
+    #[arg(long, default_value = "f32")]
+    pub precision: Precision,
     /// Spectrograms per micro-batch (the reference script's --batch).
     #[arg(long, alias = "batch_size", alias = "batch", default_value_t = 16)]
     pub batch_size: usize,

@@ -17,6 +17,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         backend: resolved.kind,
         device: resolved.target().device,
         checkpointing: args.use_gradient_checkpointing,
+        precision: args.precision,
         micro_batch: args.batch_size,
         n_patches: args.n_patches,
         accumulation: args.gradient_accumulation_steps,

@@ -8,6 +8,7 @@ use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
 use headroom_core::model::VqAutoencoderConfig;
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, PlanRequest, devices};
+use headroom_core::probe::Precision;
 
 use crate::args::PlanArgs;
 use crate::render::mib;
@@ -207,25 +208,37 @@ fn what_if(
     Ok(())
 }
 
-/// One `--verify` configuration: spectrograms x patches, checkpointing.
-fn parse_configs(spec: &str) -> Result<Vec<(usize, usize, bool)>> {
+/// One `--verify` configuration: spectrograms x patches, then `c` for checkpointing or `h`
+/// for the device's half precision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct VerifyConfig {
+    micro_batch: usize,
+    n_patches: usize,
+    checkpointing: bool,
+    half: bool,
+}
+
+fn parse_configs(spec: &str) -> Result<Vec<VerifyConfig>> {
     spec.split([' ', ','])
         .filter(|t| !t.is_empty())
         .map(|t| {
-            let (body, ckpt) = match t.strip_suffix('c') {
-                Some(body) => (body, true),
-                None => (t, false),
-            };
+            let body = t.trim_end_matches(['c', 'h']);
+            let flags = &t[body.len()..];
             let parsed = body
                 .split_once('x')
                 .and_then(|(m, n)| Some((m.parse().ok()?, n.parse().ok()?)))
                 .filter(|&(m, n): &(usize, usize)| m > 0 && n > 0);
-            let (m, n) = parsed.ok_or_else(|| {
+            let (micro_batch, n_patches) = parsed.ok_or_else(|| {
                 anyhow!(
-                    "cannot read {t:?} in --verify; write spectrograms x patches, e.g. 8x4 or 8x4c"
+                    "cannot read {t:?} in --verify; write spectrograms x patches, e.g. 8x4, 8x4c (checkpointing) or 8x4h (half precision)"
                 )
             })?;
-            Ok((m, n, ckpt))
+            Ok(VerifyConfig {
+                micro_batch,
+                n_patches,
+                checkpointing: flags.contains('c'),
+                half: flags.contains('h'),
+            })
         })
         .collect()
 }
@@ -235,6 +248,7 @@ struct Verified {
     micro_batch: usize,
     n_patches: usize,
     checkpointing: bool,
+    precision: Precision,
     predicted_bytes: u64,
     measured_bytes: u64,
     /// (predicted - measured) / measured: positive errs high.
@@ -247,26 +261,45 @@ fn verify(spec: &str, json: bool, target: Target, model: &VqAutoencoderConfig) -
     let configs = parse_configs(spec)?;
     let calibration = plan::calibrate(target, model)?;
     let mut rows = Vec::with_capacity(configs.len());
-    for (micro_batch, n_patches, checkpointing) in configs {
+    let half = calibration.memory.half.map(|h| h.precision);
+    for config in configs {
+        let VerifyConfig {
+            micro_batch,
+            n_patches,
+            checkpointing,
+            ..
+        } = config;
+        let precision = match (config.half, half) {
+            (false, _) => Precision::F32,
+            (true, Some(p)) => p,
+            (true, None) => anyhow::bail!("{backend} has no half precision to verify"),
+        };
         let patches = micro_batch * n_patches;
         let predicted = calibration
             .memory
-            .predict(patches, checkpointing)
-            .ok_or_else(|| anyhow!("checkpointing was not calibrated"))?;
-        let measured = plan::measure_step(target, model, patches, checkpointing)?.peak_bytes;
+            .predict(patches, precision, checkpointing)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{precision} with checkpointing was not calibrated; verify one or the other"
+                )
+            })?;
+        let measured =
+            plan::measure_step(target, model, patches, precision, checkpointing)?.peak_bytes;
         let row = Verified {
             micro_batch,
             n_patches,
             checkpointing,
+            precision,
             predicted_bytes: predicted,
             measured_bytes: measured,
             error: (predicted as f64 - measured as f64) / measured.max(1) as f64,
         };
         if !json {
             println!(
-                "{:>4} x {:>2} patches{:<15} predicted {:>10} measured {:>10} error {:+.1}%",
+                "{:>4} x {:>2} patches, {}{:<15} predicted {:>10} measured {:>10} error {:+.1}%",
                 row.micro_batch,
                 row.n_patches,
+                precision,
                 if checkpointing { ", checkpointing" } else { "" },
                 mib(row.predicted_bytes),
                 mib(row.measured_bytes),

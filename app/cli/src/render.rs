@@ -135,10 +135,11 @@ impl ProgressRenderer {
 
 pub fn describe_dry_run(d: &DryRunReport) -> String {
     format!(
-        "Dry-run {}: micro-batch {} x {} patches{} measured {} of {} (predicted {}) - {}",
+        "Dry-run {}: micro-batch {} x {} patches, {}{} measured {} of {} (predicted {}) - {}",
         d.attempt,
         d.micro_batch,
         d.n_patches,
+        d.precision,
         if d.checkpointing {
             ", checkpointing,"
         } else {

@@ -42,6 +42,7 @@ pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Re
             n_patches,
             accumulation,
             checkpointing: memory.checkpointing(),
+            precision: memory.precision,
         },
     })
 }

@@ -6,12 +6,13 @@ use std::time::Instant;
 use burn::tensor::{Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::memory::{LinearCost, MemoryModel};
+use super::memory::{HalfCost, LinearCost, MemoryModel};
 use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::VqAutoencoderConfig;
+use crate::probe::Precision;
 use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
 
 /// Patches per micro-batch of the two calibration steps. Far enough apart for a slope, small
@@ -40,6 +41,8 @@ pub enum CalibrationError {
 pub struct StepMeasurement {
     pub patches: usize,
     pub checkpointing: bool,
+    #[serde(default)]
+    pub precision: Precision,
     /// Peak bytes of the step above what was allocated before the model existed.
     pub peak_bytes: u64,
     /// Time of one micro-batch step, after a warm-up step.
@@ -52,6 +55,7 @@ pub fn measure_step(
     target: Target,
     model: &VqAutoencoderConfig,
     patches: usize,
+    precision: Precision,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
     let device = target.training_device(checkpointing)?;
@@ -70,17 +74,24 @@ pub fn measure_step(
             lr: 1e-4,
             clip_norm: Some(1.0),
             objective: Objective::VectorQuantized,
+            precision,
         };
         let mut seconds = 0.0;
         let mut peak = 0;
+        // The warm-up step makes AdamW's moments; on a GPU it also compiles and tunes the
+        // kernels for this size, so it runs at full size there. A CPU compiles nothing, and
+        // one patch is enough.
+        let warm_up = if target.backend.is_host() { 1 } else { patches };
         for round in 0..2 {
-            let batch = Tensor::<4>::random(
-                [patches, 1, 64, 64],
-                Distribution::Normal(0.0, 1.0),
-                &device,
-            );
+            let size = if round == 0 { warm_up } else { patches };
+            let batch =
+                Tensor::<4>::random([size, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
             meter.reset_peak();
             let started = Instant::now();
+            let settings = StepSettings {
+                step_patches: size,
+                ..settings
+            };
             let (next, _) = optimizer_step(net, &mut optimizer, [batch], settings, &mut meter)?;
             net = next;
             let _ = device.sync();
@@ -92,6 +103,7 @@ pub fn measure_step(
         StepMeasurement {
             patches,
             checkpointing,
+            precision,
             peak_bytes: peak.saturating_sub(before),
             seconds,
         }
@@ -109,7 +121,20 @@ pub struct Calibration {
     pub measurements: Vec<StepMeasurement>,
 }
 
-/// Four measured steps: two micro-batch sizes, with and without checkpointing.
+/// The half precision worth measuring on a device: bf16 on CUDA (f32's range, no loss
+/// scale), else f16 where the device has it (wgpu's shaders have no bf16).
+pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationError> {
+    let device = target.device()?;
+    let order = if target.backend == BackendKind::Cuda {
+        [Precision::Bf16, Precision::F16]
+    } else {
+        [Precision::F16, Precision::Bf16]
+    };
+    Ok(order.into_iter().find(|p| p.supported_on(&device)))
+}
+
+/// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
+/// the device's half precision without.
 pub fn calibrate(
     target: Target,
     model: &VqAutoencoderConfig,
@@ -117,24 +142,40 @@ pub fn calibrate(
     let [small, large] = CALIBRATION_PATCHES;
     // The first step in a process also sets up what stays for its life (thread pools, kernel
     // caches); measured, that would count as the step's own cost.
-    measure_step(target, model, 1, false)?;
-    let mut measurements = Vec::with_capacity(4);
-    for checkpointing in [false, true] {
+    measure_step(target, model, 1, Precision::F32, false)?;
+    let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
+    if let Some(half) = half_precision(target)? {
+        variants.push((half, false));
+    }
+    let mut measurements = Vec::with_capacity(2 * variants.len());
+    for (precision, checkpointing) in variants {
         for patches in [small, large] {
-            measurements.push(measure_step(target, model, patches, checkpointing)?);
+            measurements.push(measure_step(
+                target,
+                model,
+                patches,
+                precision,
+                checkpointing,
+            )?);
         }
     }
     Ok(fit(target.backend, measurements))
 }
 
-/// Fits the models to measurements; expects the plain pair first, then the checkpointed pair.
+/// Fits the models to measurements, a line per precision and checkpointing.
 pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibration {
-    let pair = |ckpt: bool| -> Vec<&StepMeasurement> {
+    let group = |precision: Precision, ckpt: bool| -> Vec<&StepMeasurement> {
         measurements
             .iter()
-            .filter(|m| m.checkpointing == ckpt)
+            .filter(|m| m.checkpointing == ckpt && m.precision == precision)
             .collect()
     };
+    let pair = |ckpt: bool| group(Precision::F32, ckpt);
+    let half_precision = measurements
+        .iter()
+        .map(|m| m.precision)
+        .find(|p| *p != Precision::F32);
+    let half = half_precision.map(|p| (p, group(p, false)));
     let line = |ms: &[&StepMeasurement], f: fn(&StepMeasurement) -> f64| match ms {
         [a, b, ..] => Some(LinearCost::fit((a.patches, f(a)), (b.patches, f(b)))),
         [a] => Some(LinearCost {
@@ -152,6 +193,12 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
             per_patch: 0.0,
         }),
         checkpointed: line(&ckpt, bytes),
+        half: half.as_ref().and_then(|(p, ms)| {
+            line(ms, bytes).map(|cost| HalfCost {
+                precision: *p,
+                cost,
+            })
+        }),
         margin: MEMORY_MARGIN,
     };
     // A negative fixed time is noise on a nearly proportional cost, not a real speed-up of
@@ -177,6 +224,15 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
         speed: SpeedModel {
             micro_batch_s: plain_time,
             checkpointing_factor,
+            half_s: half.as_ref().and_then(|(p, ms)| {
+                line(ms, secs).map(|t| HalfCost {
+                    precision: *p,
+                    cost: LinearCost {
+                        fixed: t.fixed.max(0.0),
+                        per_patch: t.per_patch,
+                    },
+                })
+            }),
         },
         measurements,
     }

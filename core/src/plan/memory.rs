@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::VqAutoencoderConfig;
+use crate::probe::Precision;
 
 const F32: u64 = 4;
 const PATCH: u64 = 64;
@@ -48,26 +49,52 @@ impl LinearCost {
     }
 }
 
+/// A cost measured in one precision.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HalfCost {
+    pub precision: Precision,
+    pub cost: LinearCost,
+}
+
 /// Measured memory of a training step on one device, above what the process held before
 /// the model existed (the dataset, on a CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MemoryModel {
+    /// f32, no checkpointing.
     pub plain: LinearCost,
-    /// With burn's balanced gradient checkpointing; `None` when it was not measured.
+    /// f32 with burn's balanced gradient checkpointing; `None` when it was not measured.
     pub checkpointed: Option<LinearCost>,
+    /// Mixed precision (f16 or bf16 compute), no checkpointing; `None` when the device has
+    /// no half precision or it was not measured.
+    #[serde(default)]
+    pub half: Option<HalfCost>,
     /// Relative margin added to every prediction, so that a prediction errs high.
     pub margin: f64,
 }
 
 impl MemoryModel {
-    /// Predicted peak bytes of a step with `patches` patches per micro-batch.
-    pub fn predict(&self, patches: usize, checkpointing: bool) -> Option<u64> {
-        let cost = if checkpointing {
-            self.checkpointed?
-        } else {
-            self.plain
+    /// Predicted peak bytes of a step with `patches` patches per micro-batch; `None` for a
+    /// combination that was not measured.
+    pub fn predict(
+        &self,
+        patches: usize,
+        precision: Precision,
+        checkpointing: bool,
+    ) -> Option<u64> {
+        let cost = match (precision, checkpointing) {
+            (Precision::F32, false) => self.plain,
+            (Precision::F32, true) => self.checkpointed?,
+            (p, false) => self.half.filter(|h| h.precision == p)?.cost,
+            (_, true) => return None,
         };
         Some((cost.at(patches).max(0.0) * (1.0 + self.margin)).ceil() as u64)
+    }
+
+    /// The precisions this model can predict, f32 first.
+    pub fn precisions(&self) -> Vec<Precision> {
+        std::iter::once(Precision::F32)
+            .chain(self.half.map(|h| h.precision))
+            .collect()
     }
 }
 
@@ -173,10 +200,20 @@ mod tests {
                 per_patch: 10.0,
             },
             checkpointed: None,
+            half: Some(HalfCost {
+                precision: Precision::F16,
+                cost: LinearCost {
+                    fixed: 100.0,
+                    per_patch: 5.0,
+                },
+            }),
             margin: 0.02,
         };
-        assert_eq!(model.predict(10, false), Some(204));
-        assert_eq!(model.predict(10, true), None);
+        assert_eq!(model.predict(10, Precision::F32, false), Some(204));
+        assert_eq!(model.predict(10, Precision::F32, true), None);
+        assert_eq!(model.predict(10, Precision::F16, false), Some(153));
+        assert_eq!(model.predict(10, Precision::Bf16, false), None);
+        assert_eq!(model.precisions(), [Precision::F32, Precision::F16]);
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod search;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, measure_step};
-pub use memory::{Breakdown, LinearCost, MemoryModel};
+pub use memory::{Breakdown, HalfCost, LinearCost, MemoryModel};
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
@@ -69,7 +69,11 @@ pub fn breakdown_of(
     memory: &MemoryModel,
 ) -> Breakdown {
     let predicted = memory
-        .predict(plan.patches_per_micro_batch(), plan.checkpointing)
+        .predict(
+            plan.patches_per_micro_batch(),
+            plan.precision,
+            plan.checkpointing,
+        )
         .unwrap_or(0);
     memory::breakdown(
         model,
@@ -101,7 +105,7 @@ pub fn prepare(
     for attempt in 1..=MAX_DRY_RUNS {
         let plan = search(&calibration.memory, &calibration.speed, &request)?;
         let patches = plan.patches_per_micro_batch();
-        let measured = measure_step(target, model, patches, plan.checkpointing)?;
+        let measured = measure_step(target, model, patches, plan.precision, plan.checkpointing)?;
         let measured_peak = resident_bytes + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
         sink.emit(Event::DryRun(DryRunReport {
@@ -110,6 +114,7 @@ pub fn prepare(
             n_patches: plan.n_patches,
             accumulation: plan.accumulation,
             checkpointing: plan.checkpointing,
+            precision: plan.precision,
             predicted_peak_bytes: plan.predicted_peak_bytes,
             measured_peak_bytes: measured_peak,
             budget_bytes: planning.budget_bytes,
@@ -140,7 +145,9 @@ pub fn prepare(
 fn refit(calibration: &mut Calibration, measured: StepMeasurement) {
     let ms = &mut calibration.measurements;
     let same_kind: Vec<usize> = (0..ms.len())
-        .filter(|&i| ms[i].checkpointing == measured.checkpointing)
+        .filter(|&i| {
+            ms[i].checkpointing == measured.checkpointing && ms[i].precision == measured.precision
+        })
         .collect();
     if let Some(&replace) = same_kind
         .iter()

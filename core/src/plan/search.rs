@@ -9,8 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::memory::{LinearCost, MemoryModel};
+use super::memory::{HalfCost, LinearCost, MemoryModel};
 use crate::memory::human as gib;
+use crate::probe::Precision;
 
 /// Patches per spectrogram the planner tries, the first preferred when throughput ties:
 /// more spectrograms per step see more of the dataset.
@@ -19,10 +20,32 @@ pub const PATCH_COUNTS: [usize; 5] = [4, 8, 16, 2, 1];
 /// Measured time of one micro-batch's forward and backward.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SpeedModel {
-    /// Seconds, by patches per micro-batch.
+    /// Seconds in f32, by patches per micro-batch.
     pub micro_batch_s: LinearCost,
     /// Time with checkpointing over time without (seed 001: 1.2-1.3).
     pub checkpointing_factor: f64,
+    /// Seconds in mixed precision, when it was measured.
+    #[serde(default)]
+    pub half_s: Option<HalfCost>,
+}
+
+impl SpeedModel {
+    /// Seconds of one micro-batch of `patches`.
+    pub fn seconds(&self, patches: usize, precision: Precision, checkpointing: bool) -> f64 {
+        let line = match precision {
+            Precision::F32 => self.micro_batch_s,
+            p => self
+                .half_s
+                .filter(|h| h.precision == p)
+                .map_or(self.micro_batch_s, |h| h.cost),
+        };
+        let factor = if checkpointing {
+            self.checkpointing_factor
+        } else {
+            1.0
+        };
+        line.at(patches) * factor
+    }
 }
 
 /// What the user fixed; `None` leaves it to the planner.
@@ -32,6 +55,8 @@ pub struct Fixed {
     pub n_patches: Option<usize>,
     pub accumulation: Option<usize>,
     pub checkpointing: Option<bool>,
+    #[serde(default)]
+    pub precision: Option<Precision>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -53,8 +78,8 @@ pub struct Plan {
     pub n_patches: usize,
     pub accumulation: usize,
     pub checkpointing: bool,
-    /// Always f32: the trainer runs no other precision yet.
-    pub precision: String,
+    /// Encoder and decoder compute precision (mixed precision: parameters stay f32).
+    pub precision: Precision,
     pub effective_batch: usize,
     /// Resident bytes plus the step's predicted peak: comparable with the budget.
     pub predicted_peak_bytes: u64,
@@ -78,6 +103,7 @@ impl Plan {
             self.accumulation,
             last,
             self.checkpointing,
+            self.precision,
         )
     }
 }
@@ -109,6 +135,7 @@ pub enum PlanError {
 }
 
 struct Candidate {
+    precision: Precision,
     micro_batch: usize,
     n_patches: usize,
     accumulation: usize,
@@ -135,6 +162,10 @@ pub fn search(
         Some(c) => vec![c],
         None => vec![false, true],
     };
+    let precisions: Vec<Precision> = match f.precision {
+        Some(p) => vec![p],
+        None => memory.precisions(),
+    };
     let mut fits: Vec<Candidate> = Vec::new();
     // The smallest configuration tried, for the error when nothing fits.
     let mut smallest: Option<(u64, String)> = None;
@@ -159,37 +190,35 @@ pub fn search(
             }
             any_split = true;
             let last = clips - (accumulation - 1) * micro_batch;
-            for &ckpt in &checkpointing {
-                let patches = micro_batch * n_patches;
-                let Some(needed) = memory.predict(patches, ckpt) else {
-                    continue;
-                };
-                if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
-                    smallest = Some((
+            for &precision in &precisions {
+                for &ckpt in &checkpointing {
+                    let patches = micro_batch * n_patches;
+                    let Some(needed) = memory.predict(patches, precision, ckpt) else {
+                        continue;
+                    };
+                    if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
+                        smallest = Some((
+                            needed,
+                            describe(micro_batch, n_patches, accumulation, last, ckpt, precision),
+                        ));
+                    }
+                    if needed > available {
+                        continue;
+                    }
+                    let step_s = (accumulation - 1) as f64
+                        * speed.seconds(patches, precision, ckpt)
+                        + speed.seconds(last * n_patches, precision, ckpt);
+                    fits.push(Candidate {
+                        precision,
+                        micro_batch,
+                        n_patches,
+                        accumulation,
+                        last,
+                        checkpointing: ckpt,
                         needed,
-                        describe(micro_batch, n_patches, accumulation, last, ckpt),
-                    ));
+                        patches_per_s: request.effective_batch as f64 / step_s.max(1e-12),
+                    });
                 }
-                if needed > available {
-                    continue;
-                }
-                let factor = if ckpt {
-                    speed.checkpointing_factor
-                } else {
-                    1.0
-                };
-                let step_s = ((accumulation - 1) as f64 * speed.micro_batch_s.at(patches)
-                    + speed.micro_batch_s.at(last * n_patches))
-                    * factor;
-                fits.push(Candidate {
-                    micro_batch,
-                    n_patches,
-                    accumulation,
-                    last,
-                    checkpointing: ckpt,
-                    needed,
-                    patches_per_s: request.effective_batch as f64 / step_s.max(1e-12),
-                });
             }
         }
     }
@@ -209,15 +238,21 @@ pub fn search(
         (c.checkpointing, order)
     };
     // Within 3% of the best throughput counts as a tie: timing noise of a few calibration
-    // steps should not decide. Ties go to no checkpointing, the preferred patch count, then
-    // the larger micro-batch.
+    // steps should not decide. Ties go to no checkpointing, f32, the preferred patch count,
+    // then the larger micro-batch.
     let best_rate = fits.iter().map(|c| c.patches_per_s).fold(0.0, f64::max);
     let Some(best) = fits
         .iter()
         .filter(|c| c.patches_per_s >= best_rate * 0.97)
         .min_by_key(|c| {
             let (ckpt, order) = preference(c);
-            (ckpt, order, std::cmp::Reverse(c.micro_batch * c.n_patches))
+            let half = c.precision != Precision::F32;
+            (
+                ckpt,
+                half,
+                order,
+                std::cmp::Reverse(c.micro_batch * c.n_patches),
+            )
         })
     else {
         let (needed, smallest) = smallest.unwrap_or((u64::MAX, "any step".into()));
@@ -235,7 +270,7 @@ pub fn search(
         n_patches: best.n_patches,
         accumulation: best.accumulation,
         checkpointing: best.checkpointing,
-        precision: "f32".into(),
+        precision: best.precision,
         effective_batch: request.effective_batch,
         predicted_peak_bytes: request.resident_bytes + best.needed,
         budget_bytes: request.budget_bytes,
@@ -250,14 +285,19 @@ fn describe(
     accumulation: usize,
     last: usize,
     ckpt: bool,
+    precision: Precision,
 ) -> String {
     let rest = if last == micro_batch {
         String::new()
     } else {
         format!(" (the last {last})")
     };
+    let half = match precision {
+        Precision::F32 => String::new(),
+        p => format!(", {p} compute"),
+    };
     format!(
-        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{rest}{}",
+        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{rest}{}{half}",
         if ckpt { ", checkpointing" } else { "" }
     )
 }
@@ -286,6 +326,7 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
         best.accumulation,
         best.last,
         best.checkpointing,
+        best.precision,
     );
     let used = format!(
         "{} of {}",
@@ -300,7 +341,7 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
     match next {
         Some(next) if !fixed => {
             let need = memory
-                .predict(next * best.n_patches, best.checkpointing)
+                .predict(next * best.n_patches, best.precision, best.checkpointing)
                 .unwrap_or(u64::MAX);
             let over = if need > available {
                 format!(
@@ -334,6 +375,7 @@ mod tests {
                 fixed: (20 * MIB) as f64,
                 per_patch: MIB as f64,
             }),
+            half: None,
             margin: 0.0,
         }
     }
@@ -345,6 +387,7 @@ mod tests {
                 per_patch: 0.001,
             },
             checkpointing_factor: 1.25,
+            half_s: None,
         }
     }
 
@@ -414,6 +457,7 @@ mod tests {
             n_patches: Some(8),
             accumulation: None,
             checkpointing: Some(true),
+            precision: None,
         };
         let plan = search(&memory(), &speed(), &r).unwrap();
         assert_eq!(
@@ -450,6 +494,37 @@ mod tests {
         );
         assert!(plan.predicted_peak_bytes <= 310 * MIB);
         assert!(plan.predicted_peak_bytes as f64 >= 0.9 * (310 * MIB) as f64);
+    }
+
+    #[test]
+    fn half_precision_is_chosen_when_it_fits_a_larger_micro_batch_and_is_not_slower() {
+        let mut memory = memory();
+        memory.checkpointed = None;
+        memory.half = Some(HalfCost {
+            precision: Precision::F16,
+            cost: LinearCost {
+                fixed: (20 * MIB) as f64,
+                per_patch: MIB as f64,
+            },
+        });
+        let mut speed = speed();
+        speed.half_s = Some(HalfCost {
+            precision: Precision::F16,
+            cost: speed.micro_batch_s,
+        });
+        let plan = search(&memory, &speed, &request(100)).unwrap();
+        assert_eq!(plan.precision, Precision::F16);
+        assert!(plan.reason.contains("f16 compute"), "{}", plan.reason);
+        // A large budget fits everything in f32, which wins the tie.
+        let plan = search(&memory, &speed, &request(1024)).unwrap();
+        assert_eq!(plan.precision, Precision::F32);
+        // A fixed precision is kept.
+        let mut r = request(1024);
+        r.fixed.precision = Some(Precision::F16);
+        assert_eq!(
+            search(&memory, &speed, &r).unwrap().precision,
+            Precision::F16
+        );
     }
 
     #[test]

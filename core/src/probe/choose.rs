@@ -244,9 +244,15 @@ pub fn quick_benchmark(device: &DeviceReport) -> Result<f64, String> {
         device: device.target,
     };
     let patches = 16;
-    crate::plan::measure_step(target, &VqAutoencoderConfig::default(), patches, false)
-        .map(|m| patches as f64 / m.seconds.max(1e-9))
-        .map_err(|e| e.to_string())
+    crate::plan::measure_step(
+        target,
+        &VqAutoencoderConfig::default(),
+        patches,
+        super::Precision::F32,
+        false,
+    )
+    .map(|m| patches as f64 / m.seconds.max(1e-9))
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, DeviceTarget, Target};
 use crate::model::VqAutoencoderConfig;
+use crate::probe::Precision;
 
 /// Where the clips come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +51,10 @@ pub struct TrainConfig {
     /// burn's balanced gradient checkpointing (seed 001's `--use_gradient_checkpointing`).
     #[serde(default)]
     pub checkpointing: bool,
+    /// Encoder and decoder compute precision (mixed precision: parameters, gradients and
+    /// optimizer state stay f32).
+    #[serde(default)]
+    pub precision: Precision,
     pub length: RunLength,
     pub lr: f64,
     pub min_lr: f64,
@@ -87,6 +92,7 @@ impl Default for TrainConfig {
             accumulation: 1,
             step_clips: None,
             checkpointing: false,
+            precision: Precision::F32,
             length: RunLength::Epochs(16),
             lr: 1e-3,
             min_lr: 0.0,

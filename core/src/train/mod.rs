@@ -220,6 +220,7 @@ fn plan_run(
     config.step_clips = Some(plan.effective_batch / plan.n_patches);
     config.set_micro_batch(plan.micro_batch);
     config.checkpointing = plan.checkpointing;
+    config.precision = plan.precision;
     Ok((Some(plan), events))
 }
 
@@ -239,6 +240,7 @@ fn replan_resumed(
     let mut saved = keep;
     saved.fixed.micro_batch = asked.fixed.micro_batch.or(Some(config.micro_batch));
     saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
+    saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
     let with = |planning| RunOptions {
         planning: Some(planning),
         ..RunOptions::default()
@@ -427,7 +429,7 @@ impl Trainer {
             test_clips: self.test.len(),
             parameters: self.model.num_params(),
             memory_source: self.meter.source(),
-            precision: "f32".into(),
+            precision: c.precision.name().into(),
             checkpointing: c.checkpointing,
             budget_bytes: self.meter.budget().and_then(Budget::bytes),
             predicted_peak_bytes: self.plan.as_ref().map(|p| p.predicted_peak_bytes),
@@ -588,6 +590,7 @@ impl Trainer {
             lr,
             clip_norm: c.clip_norm,
             objective,
+            precision: c.precision,
         };
         let model = self.model.clone();
         let (model, outcome) = step::optimizer_step(

@@ -7,6 +7,7 @@ use burn::tensor::Tensor;
 
 use crate::memory::{MemoryMeter, MemorySource, OverBudget};
 use crate::model::VqAutoencoder;
+use crate::probe::Precision;
 
 /// Why a step could not finish. Nothing of the model or the optimizer has changed when one
 /// of these comes back: the optimizer only runs after every micro-batch has succeeded.
@@ -62,22 +63,26 @@ pub fn micro_batch_gradients(
     patches: Tensor<4>,
     step_patches: usize,
     objective: Objective,
+    precision: Precision,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
     let share = patches.dims()[0] as f64 / step_patches.max(1) as f64;
+    let compute = precision.compute_dtype();
     let (total, reconstruction) = match objective {
         Objective::VectorQuantized => {
-            let output = model.forward(patches.clone());
+            let output = model.forward_in(patches.clone(), compute);
             let loss = model.loss(patches, &output);
             (loss.total, loss.reconstruction)
         }
         Objective::Autoencoder => {
-            let reconstruction = model.decode(model.encode(patches.clone()));
+            let latent = model.encode_in(patches.clone(), compute);
+            let reconstruction = model.decode_in(latent, compute);
             let loss = (reconstruction - patches).square().mean();
             (loss.clone(), loss)
         }
     };
-    let scaled = total.mul_scalar(share as f32);
+    // The loss scale is undone on the summed gradients (see `optimizer_step`).
+    let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
     let device = scaled.device();
     if meter.source() == MemorySource::DevicePool {
         // A device pool keeps no high-water mark, and every activation is alive now: run
@@ -92,7 +97,7 @@ pub fn micro_batch_gradients(
     if let Err(error) = device.sync() {
         return Err(StepError::Device(error.to_string()));
     }
-    let total = scaled.into_scalar::<f32>() as f64;
+    let total = scaled.into_scalar::<f32>() as f64 / precision.loss_scale() as f64;
     let reconstruction = reconstruction.into_scalar::<f32>() as f64 * share;
     Ok((
         GradientsParams::from_grads(grads, model),
@@ -108,12 +113,14 @@ pub fn accumulate_gradients(
     micro_batches: impl IntoIterator<Item = Tensor<4>>,
     step_patches: usize,
     objective: Objective,
+    precision: Precision,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     for patches in micro_batches {
-        let (grads, l, r) = micro_batch_gradients(model, patches, step_patches, objective, meter)?;
+        let (grads, l, r) =
+            micro_batch_gradients(model, patches, step_patches, objective, precision, meter)?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
@@ -130,6 +137,8 @@ pub struct StepSettings {
     pub lr: f64,
     pub clip_norm: Option<f64>,
     pub objective: Objective,
+    /// Encoder and decoder compute precision; parameters and optimizer stay f32.
+    pub precision: Precision,
 }
 
 /// One whole optimizer step.
@@ -145,9 +154,19 @@ pub fn optimizer_step(
         lr,
         clip_norm,
         objective,
+        precision,
     } = settings;
-    let (mut grads, loss, reconstruction_loss) =
-        accumulate_gradients(&model, micro_batches, step_patches, objective, meter)?;
+    let (mut grads, loss, reconstruction_loss) = accumulate_gradients(
+        &model,
+        micro_batches,
+        step_patches,
+        objective,
+        precision,
+        meter,
+    )?;
+    if precision.loss_scale() != 1.0 {
+        scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
+    }
     let grad_norm = match clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => global_norm(&model, &grads),
@@ -198,24 +217,26 @@ pub fn clip_global_norm(model: &VqAutoencoder, grads: &mut GradientsParams, max_
     let norm = global_norm(model, grads);
     let scale = max_norm / (norm + 1e-6);
     if scale < 1.0 {
-        struct Scale<'a> {
-            grads: &'a mut GradientsParams,
-            scale: f32,
-        }
-        impl ModuleVisitor for Scale<'_> {
-            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-                if let Some(grad) = self.grads.remove::<D>(param.id) {
-                    self.grads
-                        .register::<D>(param.id, grad.mul_scalar(self.scale));
-                }
-            }
-        }
-        model.visit(&mut Scale {
-            grads,
-            scale: scale as f32,
-        });
+        scale_gradients(model, grads, scale as f32);
     }
     norm
+}
+
+/// Multiplies every gradient by `factor`.
+pub fn scale_gradients(model: &VqAutoencoder, grads: &mut GradientsParams, factor: f32) {
+    struct Scale<'a> {
+        grads: &'a mut GradientsParams,
+        factor: f32,
+    }
+    impl ModuleVisitor for Scale<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.remove::<D>(param.id) {
+                self.grads
+                    .register::<D>(param.id, grad.mul_scalar(self.factor));
+            }
+        }
+    }
+    model.visit(&mut Scale { grads, factor });
 }
 
 #[cfg(test)]
@@ -266,6 +287,7 @@ mod tests {
             [x.clone()],
             8,
             Objective::VectorQuantized,
+            Precision::F32,
             &mut meter,
         )
         .unwrap();
@@ -282,9 +304,15 @@ mod tests {
                     part
                 })
                 .collect();
-            let (accumulated, loss_parts, _) =
-                accumulate_gradients(&model, parts, 8, Objective::VectorQuantized, &mut meter)
-                    .unwrap();
+            let (accumulated, loss_parts, _) = accumulate_gradients(
+                &model,
+                parts,
+                8,
+                Objective::VectorQuantized,
+                Precision::F32,
+                &mut meter,
+            )
+            .unwrap();
             let b = flatten(&model, &accumulated);
             let worst = a
                 .iter()
@@ -302,6 +330,47 @@ mod tests {
         }
     }
 
+    /// Mixed precision (f16 and bf16 compute, f32 parameters) gives nearly the gradient of
+    /// f32, once the loss scale is undone.
+    #[test]
+    fn half_precision_gradients_follow_the_f32_ones() {
+        let (model, x, mut meter) = setup();
+        let run = |precision: Precision, meter: &mut MemoryMeter| {
+            let (mut grads, loss, _) = accumulate_gradients(
+                &model,
+                [x.clone()],
+                8,
+                Objective::VectorQuantized,
+                precision,
+                meter,
+            )
+            .unwrap();
+            scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
+            (flatten(&model, &grads), loss)
+        };
+        let (full, loss_full) = run(Precision::F32, &mut meter);
+        for precision in [Precision::F16, Precision::Bf16] {
+            let (half, loss_half) = run(precision, &mut meter);
+            let dot: f64 = full
+                .iter()
+                .zip(&half)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            let norm = |v: &[f32]| v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+            let cosine = dot / (norm(&full) * norm(&half));
+            assert!(cosine > 0.99, "{precision}: cosine {cosine}");
+            let ratio = norm(&half) / norm(&full);
+            assert!(
+                (ratio - 1.0).abs() < 0.05,
+                "{precision}: norm ratio {ratio}"
+            );
+            assert!(
+                (loss_half - loss_full).abs() < 0.02 * loss_full.abs(),
+                "{precision}: loss {loss_half} vs {loss_full}"
+            );
+        }
+    }
+
     #[test]
     fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
         let (model, x, mut meter) = setup();
@@ -310,6 +379,7 @@ mod tests {
             [x.mul_scalar(50.0)],
             8,
             Objective::VectorQuantized,
+            Precision::F32,
             &mut meter,
         )
         .unwrap();
