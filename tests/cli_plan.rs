@@ -191,3 +191,48 @@ fn training_in_f16_follows_f32() {
         );
     }
 }
+
+/// `--no-plan` trains with the split as given, still under the guard, and refuses an
+/// effective batch it would have to split itself.
+#[test]
+fn no_plan_trains_as_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--backend",
+        "flex",
+        "--no-plan",
+        "--batch-size",
+        "2",
+        "--n-patches",
+        "2",
+        "--use-gradient-checkpointing",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "4",
+        "--steps",
+        "1",
+        "--out",
+        dir.path().join("run").to_str().unwrap(),
+    ]);
+    assert!(events(&all, "plan").is_empty() && events(&all, "dry_run").is_empty());
+    let config = events(&all, "config")[0];
+    assert_eq!(
+        (config["micro_batch"].as_u64(), config["n_patches"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(config["checkpointing"], true);
+    assert!(config["budget_bytes"].as_u64().unwrap() > 0);
+    let err = run_failing(&[
+        "train",
+        "--no-plan",
+        "--effective-batch",
+        "64",
+        "--backend",
+        "flex",
+    ]);
+    assert!(err.contains("--effective-batch needs the planner"), "{err}");
+}

@@ -62,6 +62,9 @@ fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
     set(&mut c.n_patches, args.split.n_patches);
     set(&mut c.stride, args.stride);
     set(&mut c.accumulation, args.split.gradient_accumulation_steps);
+    // With planning these are constraints the plan keeps; with --no-plan, the run's values.
+    c.checkpointing = args.memory.checkpointing().unwrap_or(false);
+    c.precision = args.memory.precision.unwrap_or_default();
     if let Some(p) = args.placement {
         c.placement = p.into();
     }
@@ -178,7 +181,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
     )?;
     tracing::info!(bytes = budget.bytes, source = %budget.source, "memory budget");
     options.budget = Some(Budget::new(budget.bytes));
-    if !args.no_plan {
+    if args.no_plan {
+        anyhow::ensure!(
+            args.memory.effective_batch.is_none(),
+            "--effective-batch needs the planner to split it; with --no-plan give \
+             --batch-size, --n-patches and --gradient-accumulation-steps"
+        );
+    } else {
         options.planning = Some(planning(&args.memory, &args.split, budget.bytes)?);
     }
     emit(Event::Budget {
