@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{events, run_failing, run_json, run_json_document};
+use common::{events, flex_train, run_failing, run_json_document};
 
 const MIB: u64 = 1 << 20;
 
@@ -109,25 +109,18 @@ fn training_under_a_budget_stays_under_it_and_reports_the_plan() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let budget = 256 * MIB;
-    let all = run_json(&[
-        "train",
-        "--json",
-        "--no-eval",
-        "--backend",
-        "flex",
-        "--machine-ids",
-        "1",
-        "--train-clips-per-id",
-        "8",
-        "--memory-budget",
-        "256MiB",
-        "--effective-batch",
-        "128",
-        "--steps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let all = flex_train(
+        &out,
+        8,
+        &[
+            "--memory-budget",
+            "256MiB",
+            "--effective-batch",
+            "128",
+            "--steps",
+            "2",
+        ],
+    );
     let plan = events(&all, "plan");
     assert_eq!(plan.len(), 1);
     let config = events(&all, "config")[0];
@@ -149,25 +142,18 @@ fn training_under_a_budget_stays_under_it_and_reports_the_plan() {
 fn training_in_f16_follows_f32() {
     let run = |precision: &str| -> (Vec<f64>, String) {
         let dir = tempfile::tempdir().unwrap();
-        let all = run_json(&[
-            "train",
-            "--json",
-            "--no-eval",
-            "--backend",
-            "flex",
-            "--precision",
-            precision,
-            "--machine-ids",
-            "1",
-            "--train-clips-per-id",
-            "8",
-            "--batch-size",
-            "2",
-            "--steps",
-            "8",
-            "--out",
-            dir.path().join("run").to_str().unwrap(),
-        ]);
+        let all = flex_train(
+            &dir.path().join("run"),
+            8,
+            &[
+                "--precision",
+                precision,
+                "--batch-size",
+                "2",
+                "--steps",
+                "8",
+            ],
+        );
         let losses = events(&all, "step")
             .iter()
             .map(|s| s["loss"].as_f64().unwrap())
@@ -197,27 +183,20 @@ fn training_in_f16_follows_f32() {
 #[test]
 fn no_plan_trains_as_told() {
     let dir = tempfile::tempdir().unwrap();
-    let all = run_json(&[
-        "train",
-        "--json",
-        "--no-eval",
-        "--backend",
-        "flex",
-        "--no-plan",
-        "--batch-size",
-        "2",
-        "--n-patches",
-        "2",
-        "--use-gradient-checkpointing",
-        "--machine-ids",
-        "1",
-        "--train-clips-per-id",
-        "4",
-        "--steps",
-        "1",
-        "--out",
-        dir.path().join("run").to_str().unwrap(),
-    ]);
+    let all = flex_train(
+        &dir.path().join("run"),
+        4,
+        &[
+            "--no-plan",
+            "--batch-size",
+            "2",
+            "--n-patches",
+            "2",
+            "--use-gradient-checkpointing",
+            "--steps",
+            "1",
+        ],
+    );
     assert!(events(&all, "plan").is_empty() && events(&all, "dry_run").is_empty());
     let config = events(&all, "config")[0];
     assert_eq!(

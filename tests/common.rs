@@ -95,3 +95,25 @@ pub fn run_failing(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// `train --json --no-eval --backend flex` on one machine ID with `clips_per_id` train clips,
+/// into `out`, plus `extra` flags.
+pub fn flex_train(out: &Path, clips_per_id: usize, extra: &[&str]) -> Vec<Value> {
+    let clips = clips_per_id.to_string();
+    let out = out.to_str().expect("temporary paths are UTF-8");
+    let mut args = vec![
+        "train",
+        "--json",
+        "--no-eval",
+        "--backend",
+        "flex",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        &clips,
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    run_json(&args)
+}
