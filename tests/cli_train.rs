@@ -84,6 +84,13 @@ fn a_short_run_learns_to_tell_anomalies_apart() {
     assert_eq!(evaluation.len(), 1);
     let auc = evaluation[0]["auc"].as_f64().unwrap();
     assert!(auc >= 0.7, "AUC {auc} after a short run");
+    // McClish-standardised pAUC at max FPR 0.1 spans [0.474, 1] (values against
+    // scikit-learn: core's metrics tests); here it is reported overall and per machine ID.
+    let pauc = evaluation[0]["pauc"].as_f64().unwrap();
+    assert!((0.47..=1.0).contains(&pauc), "pAUC {pauc}");
+    for machine in evaluation[0]["per_machine"].as_array().unwrap() {
+        assert!(machine["pauc"].as_f64().is_some(), "{machine}");
+    }
     assert!(out.path().join("checkpoint.json").is_file());
 }
 

@@ -8,7 +8,10 @@ use headroom_datasets::{Clip, Label};
 
 use crate::data::{Normalization, clip_patches};
 use crate::events::{EvaluationReport, MachineScore};
-use crate::metrics::roc_auc;
+use crate::metrics::{partial_auc, roc_auc};
+
+/// The DCASE 2020 Task 2 pAUC's false-positive range.
+pub const PAUC_MAX_FPR: f64 = 0.1;
 use crate::model::VqAutoencoder;
 
 /// Score of each clip, in the order given, from at most `chunk` patches on the device at
@@ -58,17 +61,22 @@ pub fn evaluate(
     let per_machine: Vec<MachineScore> = by_machine
         .into_iter()
         .filter_map(|(machine_id, (normal, anomalous))| {
+            let pauc = partial_auc(&normal, &anomalous, PAUC_MAX_FPR)?;
             roc_auc(&normal, &anomalous).map(|auc| MachineScore {
                 machine_id,
                 auc,
+                pauc,
                 normal_clips: normal.len(),
                 anomalous_clips: anomalous.len(),
             })
         })
         .collect();
-    let auc = per_machine.iter().map(|m| m.auc).sum::<f64>() / per_machine.len().max(1) as f64;
+    let mean = |f: fn(&MachineScore) -> f64| {
+        per_machine.iter().map(f).sum::<f64>() / per_machine.len().max(1) as f64
+    };
     EvaluationReport {
-        auc,
+        auc: mean(|m| m.auc),
+        pauc: mean(|m| m.pauc),
         per_machine,
         clips: clips.len(),
     }

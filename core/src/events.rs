@@ -136,6 +136,8 @@ pub struct StepReport {
 pub struct MachineScore {
     pub machine_id: u32,
     pub auc: f64,
+    /// Partial AUC for false-positive rates up to 0.1, McClish-standardised (DCASE 2020).
+    pub pauc: f64,
     pub normal_clips: usize,
     pub anomalous_clips: usize,
 }
@@ -144,6 +146,8 @@ pub struct MachineScore {
 pub struct EvaluationReport {
     /// Mean of the per-machine-ID AUCs, as the DCASE challenge averages.
     pub auc: f64,
+    /// Mean of the per-machine-ID pAUCs.
+    pub pauc: f64,
     pub per_machine: Vec<MachineScore>,
     pub clips: usize,
 }

@@ -201,10 +201,18 @@ pub fn describe_evaluation(report: &EvaluationReport) -> String {
         .iter()
         .map(|m| format!("id {:02}: {:.3}", m.machine_id, m.auc))
         .collect();
+    let pauc: Vec<String> = report
+        .per_machine
+        .iter()
+        .map(|m| format!("id {:02}: {:.3}", m.machine_id, m.pauc))
+        .collect();
     format!(
-        "Anomaly AUC on the synthetic test split: {:.3} ({}; {} clips)",
+        "Anomaly AUC on the synthetic test split: {:.3} ({}; {} clips)\n\
+         pAUC (false-positive rate up to 0.1, McClish-standardised): {:.3} ({})",
         report.auc,
         ids.join(", "),
-        report.clips
+        report.clips,
+        report.pauc,
+        pauc.join(", ")
     )
 }
