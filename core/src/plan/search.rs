@@ -13,6 +13,10 @@ use super::memory::{HalfCost, LinearCost, MemoryModel};
 use crate::memory::human as gib;
 use crate::probe::Precision;
 
+/// How much faster a checkpointed or half-precision plan must be predicted than the best
+/// plain f32 plan that fits, to be chosen over it.
+pub const EXOTIC_MARGIN: f64 = 1.10;
+
 /// Patches per spectrogram the planner tries, the first preferred when throughput ties:
 /// more spectrograms per step see more of the dataset.
 pub const PATCH_COUNTS: [usize; 5] = [4, 8, 16, 2, 1];
@@ -237,12 +241,27 @@ pub fn search(
             .unwrap_or(PATCH_COUNTS.len());
         (c.checkpointing, order)
     };
-    // Within 3% of the best throughput counts as a tie: timing noise of a few calibration
-    // steps should not decide. Ties go to no checkpointing, f32, the preferred patch count,
-    // then the larger micro-batch.
-    let best_rate = fits.iter().map(|c| c.patches_per_s).fold(0.0, f64::max);
+    // Checkpointing or half precision changes the numbers a run computes, so where a plain
+    // f32 plan fits, another must be clearly faster (by EXOTIC_MARGIN): timing noise of a
+    // few calibration steps on a busy machine must not make two runs with the same flags
+    // train differently.
+    let plain = |c: &Candidate| !c.checkpointing && c.precision == Precision::F32;
+    let plain_rate = fits
+        .iter()
+        .filter(|c| plain(c))
+        .map(|c| c.patches_per_s)
+        .fold(0.0, f64::max);
+    let eligible = |c: &&Candidate| plain(c) || c.patches_per_s > plain_rate * EXOTIC_MARGIN;
+    // Within 3% of the best throughput counts as a tie, for the same reason. Ties go to no
+    // checkpointing, f32, the preferred patch count, then the larger micro-batch.
+    let best_rate = fits
+        .iter()
+        .filter(eligible)
+        .map(|c| c.patches_per_s)
+        .fold(0.0, f64::max);
     let Some(best) = fits
         .iter()
+        .filter(eligible)
         .filter(|c| c.patches_per_s >= best_rate * 0.97)
         .min_by_key(|c| {
             let (ckpt, order) = preference(c);
@@ -447,6 +466,24 @@ mod tests {
             (plan.micro_batch, plan.n_patches, plan.accumulation),
             (8, 4, 4)
         );
+    }
+
+    #[test]
+    fn a_plan_that_computes_differently_must_be_clearly_faster() {
+        // Checkpointed 17 x 4 ((0.118 + 0.110) x 1.37 = 0.312 s) is 5% faster than plain
+        // 8 x 4 (0.328 s): within the margin, so the plain plan stays.
+        let near = SpeedModel {
+            checkpointing_factor: 1.37,
+            ..speed()
+        };
+        let plan = search(&memory(), &near, &request(100)).unwrap();
+        assert!(!plan.checkpointing, "{}", plan.reason);
+        // Where no plain plan fits, checkpointing is used however slow.
+        let mut r = request(100);
+        r.fixed.micro_batch = Some(17);
+        r.fixed.n_patches = Some(4);
+        let plan = search(&memory(), &near, &r).unwrap();
+        assert!(plan.checkpointing);
     }
 
     #[test]
