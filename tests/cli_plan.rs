@@ -148,6 +148,7 @@ fn training_in_f16_follows_f32() {
             &[
                 "--precision",
                 precision,
+                "--no-gradient-checkpointing",
                 "--batch-size",
                 "2",
                 "--steps",
