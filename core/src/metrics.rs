@@ -1,32 +1,11 @@
 //! Detection metrics over anomaly scores.
 
 /// Area under the ROC curve: the probability that a random anomalous clip scores above a
-/// random normal one, ties counting half (the Mann-Whitney statistic, as scikit-learn's
-/// `roc_auc_score` gives). `None` when either class is empty.
+/// random normal one, ties counting half, as scikit-learn's `roc_auc_score` gives (the
+/// trapezoids under the ROC corners equal that Mann-Whitney statistic). `None` when either
+/// class is empty.
 pub fn roc_auc(normal: &[f64], anomalous: &[f64]) -> Option<f64> {
-    if normal.is_empty() || anomalous.is_empty() {
-        return None;
-    }
-    let mut all: Vec<(f64, bool)> = normal
-        .iter()
-        .map(|&s| (s, false))
-        .chain(anomalous.iter().map(|&s| (s, true)))
-        .collect();
-    all.sort_by(|a, b| a.0.total_cmp(&b.0));
-    // Average ranks over ties, then sum the ranks of the anomalous scores.
-    let mut rank_sum = 0.0;
-    let mut i = 0;
-    while i < all.len() {
-        let mut j = i;
-        while j + 1 < all.len() && all[j + 1].0 == all[i].0 {
-            j += 1;
-        }
-        let mean_rank = (i + j) as f64 / 2.0 + 1.0;
-        rank_sum += mean_rank * all[i..=j].iter().filter(|(_, a)| *a).count() as f64;
-        i = j + 1;
-    }
-    let (n_a, n_n) = (anomalous.len() as f64, normal.len() as f64);
-    Some((rank_sum - n_a * (n_a + 1.0) / 2.0) / (n_a * n_n))
+    partial_auc(normal, anomalous, 1.0)
 }
 
 /// The ROC curve's corners, (false-positive rate, true-positive rate) from (0, 0) to (1, 1),
