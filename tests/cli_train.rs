@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{events, run_failing, run_json, safetensors_floats, tiny_train};
+use common::{assert_step_memory, events, run_failing, run_json, safetensors_floats, tiny_train};
 
 /// A short run learns: the loss falls and the anomaly AUC on the test split is well above
 /// chance. The README's default job reaches a higher AUC with more steps.
@@ -58,14 +58,7 @@ fn a_short_run_learns_to_tell_anomalies_apart() {
         ] {
             assert!(s.get(key).is_some(), "step event lacks {key}: {s}");
         }
-        let (allocated, peak) = (
-            s["mem_allocated_bytes"].as_u64().unwrap(),
-            s["mem_peak_bytes"].as_u64().unwrap(),
-        );
-        assert!(
-            allocated > 0 && peak >= allocated,
-            "allocated {allocated}, peak {peak}"
-        );
+        assert_step_memory(s);
     }
     let loss = |range: std::ops::Range<usize>| {
         steps[range.clone()]
@@ -261,14 +254,7 @@ fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
     assert_eq!(steps.len(), 2);
     for s in steps {
         assert!(s["loss"].as_f64().unwrap().is_finite());
-        let (allocated, peak) = (
-            s["mem_allocated_bytes"].as_u64().unwrap(),
-            s["mem_peak_bytes"].as_u64().unwrap(),
-        );
-        assert!(
-            allocated > 0 && peak >= allocated,
-            "allocated {allocated}, peak {peak}"
-        );
+        let allocated = assert_step_memory(s);
         assert!(s["mem_reserved_bytes"].as_u64().unwrap() >= allocated);
     }
 }

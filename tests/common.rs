@@ -117,3 +117,17 @@ pub fn flex_train(out: &Path, clips_per_id: usize, extra: &[&str]) -> Vec<Value>
     args.extend_from_slice(extra);
     run_json(&args)
 }
+
+/// A step event's memory figures are measured: something allocated, and a peak at least that.
+/// Returns the allocated bytes.
+pub fn assert_step_memory(step: &Value) -> u64 {
+    let (allocated, peak) = (
+        step["mem_allocated_bytes"].as_u64().unwrap(),
+        step["mem_peak_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        allocated > 0 && peak >= allocated,
+        "allocated {allocated}, peak {peak}"
+    );
+    allocated
+}
