@@ -188,7 +188,9 @@ fn a_budget_nothing_fits_in_stops_with_a_checkpoint_and_says_what_to_do() {
     assert_eq!((*step, *micro_batch), (3, 1));
     let text = err.to_string();
     assert!(
-        text.contains("--resume") && text.contains("--memory-budget"),
+        text.contains("at micro-batch 1 x 2 patches:")
+            && text.contains("--resume")
+            && text.contains("--memory-budget"),
         "{text}"
     );
     let saved = headroom_core::checkpoint::read_state(dir.path()).unwrap();

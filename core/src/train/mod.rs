@@ -61,7 +61,9 @@ pub enum TrainError {
     #[error(transparent)]
     Step(#[from] step::StepError),
     #[error(
-        "out of memory at step {step} after {recoveries} recoveries in a row, at micro-batch          {micro_batch} x {n_patches} patches: {detail}. {saved}Raise --memory-budget,          free device memory, or lower the effective batch"
+        "out of memory at step {step} after {recoveries} recoveries in a row, at micro-batch \
+         {micro_batch} x {n_patches} patches: {detail}. {saved}Raise --memory-budget, \
+         free device memory, or lower the effective batch"
     )]
     OutOfMemory {
         step: u64,
