@@ -7,7 +7,7 @@ use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
 use headroom_core::model::VqAutoencoderConfig;
-use headroom_core::plan::{self, Breakdown, Calibration, Plan, PlanRequest, devices};
+use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
 use headroom_core::probe::Precision;
 
 use crate::args::PlanArgs;
@@ -38,20 +38,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let planning = crate::train::planning(&args.memory, &args.split, budget.bytes)?;
     let mut events: Vec<Event> = Vec::new();
     let prepared = if args.no_dry_run {
-        let calibration = plan::calibrate(target, &model)?;
-        let request = PlanRequest {
-            budget_bytes: planning.budget_bytes,
-            resident_bytes: resident,
-            effective_batch: planning.effective_batch,
-            fixed: planning.fixed,
-        };
-        let plan = plan::search(&calibration.memory, &calibration.speed, &request)?;
-        let breakdown = plan::breakdown_of(&model, &plan, resident, &calibration.memory);
-        plan::Prepared {
-            plan,
-            breakdown,
-            calibration,
-        }
+        plan::unchecked(target, &model, &planning, resident)?
     } else {
         plan::prepare(target, &model, &planning, resident, &mut events)?
     };
@@ -78,18 +65,17 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }
     }
     println!("Plan on {backend}: {}", prepared.plan.reason);
+    let p = &prepared.plan;
     println!(
-        "Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps), {}, checkpointing {}",
-        prepared.plan.effective_batch,
-        prepared.plan.micro_batch,
-        prepared.plan.n_patches,
-        prepared.plan.accumulation,
-        prepared.plan.precision,
-        if prepared.plan.checkpointing {
-            "on"
-        } else {
-            "off"
-        },
+        "{}, {}, checkpointing {}",
+        crate::render::effective_batch_words(
+            p.effective_batch,
+            p.micro_batch,
+            p.n_patches,
+            p.accumulation
+        ),
+        p.precision,
+        if p.checkpointing { "on" } else { "off" },
     );
     println!("{}", describe_breakdown(&prepared.breakdown));
     println!(
@@ -154,12 +140,11 @@ fn what_if(
     let rows: Vec<Row> = targets
         .into_iter()
         .map(|(device, budget_bytes, resident_bytes)| {
-            let request = PlanRequest {
+            let request = plan::Planning {
                 budget_bytes,
-                resident_bytes,
-                effective_batch: planning.effective_batch,
-                fixed: planning.fixed,
-            };
+                ..planning
+            }
+            .request(resident_bytes);
             let plan = plan::search(&calibration.memory, &calibration.speed, &request)
                 .map_err(|e| e.to_string());
             Row {

@@ -170,9 +170,31 @@ fn describe_recovery(r: &RecoveryReport) -> String {
 }
 
 fn effective_batch(info: &RunInfo) -> String {
+    effective_batch_words(
+        info.effective_batch,
+        info.micro_batch,
+        info.n_patches,
+        info.accumulation,
+    )
+}
+
+/// "Effective batch size: 128 patches (8 spectrograms x 4 patches x 4 accumulation steps)",
+/// naming the last micro-batch when it takes fewer spectrograms than the others.
+pub fn effective_batch_words(
+    effective: usize,
+    micro_batch: usize,
+    n_patches: usize,
+    accumulation: usize,
+) -> String {
+    let clips = effective / n_patches.max(1);
+    let last = clips.saturating_sub(accumulation.saturating_sub(1) * micro_batch);
+    let rest = if last == micro_batch {
+        String::new()
+    } else {
+        format!(", the last micro-batch {last} spectrograms")
+    };
     format!(
-        "Effective batch size: {} patches ({} spectrograms x {} patches x {} accumulation steps)",
-        info.effective_batch, info.micro_batch, info.n_patches, info.accumulation,
+        "Effective batch size: {effective} patches ({micro_batch} spectrograms x {n_patches} patches x {accumulation} accumulation steps{rest})"
     )
 }
 

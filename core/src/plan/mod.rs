@@ -31,6 +31,18 @@ pub struct Planning {
     pub fixed: Fixed,
 }
 
+impl Planning {
+    /// The search's request, with what is already in use on the device.
+    pub fn request(&self, resident_bytes: u64) -> PlanRequest {
+        PlanRequest {
+            budget_bytes: self.budget_bytes,
+            resident_bytes,
+            effective_batch: self.effective_batch,
+            fixed: self.fixed,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlanningError {
     #[error(transparent)]
@@ -84,6 +96,27 @@ pub fn breakdown_of(
     )
 }
 
+/// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
+pub fn unchecked(
+    target: Target,
+    model: &VqAutoencoderConfig,
+    planning: &Planning,
+    resident_bytes: u64,
+) -> Result<Prepared, PlanningError> {
+    let calibration = calibrate(target, model)?;
+    let plan = search(
+        &calibration.memory,
+        &calibration.speed,
+        &planning.request(resident_bytes),
+    )?;
+    let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration.memory);
+    Ok(Prepared {
+        plan,
+        breakdown,
+        calibration,
+    })
+}
+
 /// Calibrates on the device, searches, and checks the plan with a real step at its size;
 /// a step above the budget refits the memory line through what it measured and searches
 /// again. Reports a `dry_run` event per try and the final `plan` event.
@@ -95,12 +128,7 @@ pub fn prepare(
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
     let mut calibration = calibrate(target, model)?;
-    let request = PlanRequest {
-        budget_bytes: planning.budget_bytes,
-        resident_bytes,
-        effective_batch: planning.effective_batch,
-        fixed: planning.fixed,
-    };
+    let request = planning.request(resident_bytes);
     let mut last = String::new();
     for attempt in 1..=MAX_DRY_RUNS {
         let plan = search(&calibration.memory, &calibration.speed, &request)?;
