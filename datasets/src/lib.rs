@@ -1,13 +1,23 @@
-//! Spectrogram data for Headroom: the log-mel frontend, the built-in synthetic
-//! machine-sound dataset and patching. Host-side only: nothing here knows about
+//! Spectrogram data for Headroom: WAV and `.npy` files in the DCASE 2020 Task 2 layout,
+//! the log-mel frontend, the built-in synthetic machine-sound dataset, patching, and the
+//! read-ahead that streams clips from disk. Host-side only: nothing here knows about
 //! tensors or devices, so the engine decides when a batch goes to the device.
 
+pub mod audio;
 pub mod clip;
+pub mod dcase;
+pub mod error;
 pub mod logmel;
+pub mod npy;
 pub mod patch;
+pub mod prefetch;
+pub mod reader;
 pub mod synthetic;
 
-pub use clip::{Clip, Label, Spectrogram, Split};
+pub use clip::{Clip, ClipInfo, Label, Origin, Spectrogram, Split};
+pub use error::{FileError, FileProblem};
 pub use logmel::{LogMel, LogMelConfig};
 pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchSpec};
+pub use prefetch::Prefetch;
+pub use reader::{ClipReader, FeatureCache, FeatureSettings};
 pub use synthetic::{AnomalyKind, SyntheticConfig, SyntheticDataset};

@@ -11,7 +11,7 @@ use crate::clip::Spectrogram;
 /// `sys.float_info.epsilon`, the floor the baseline adds before the log.
 const LOG_EPS: f64 = f64::EPSILON;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LogMelConfig {
     pub sample_rate: u32,
     pub n_fft: usize,
@@ -189,6 +189,61 @@ mod tests {
     fn slaney_mel_scale_round_trips() {
         for hz in [0.0, 300.0, 999.0, 1000.0, 4000.0, 8000.0] {
             assert!((mel_to_hz_slaney(hz_to_mel_slaney(hz)) - hz).abs() < 1e-9);
+        }
+    }
+}
+
+#[cfg(test)]
+mod librosa_fixture {
+    use super::*;
+
+    /// `tests/fixtures/logmel_librosa.json`, made by `make_logmel_fixture.py` beside it.
+    #[test]
+    fn matches_librosa_within_a_thousandth_of_a_db() {
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/");
+        let audio = crate::audio::read_wav(std::path::Path::new(&format!(
+            "{fixtures}logmel_signal.wav"
+        )))
+        .unwrap();
+        let text = std::fs::read_to_string(format!("{fixtures}logmel_librosa.json")).unwrap();
+        let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let cases = fixture["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 2);
+        for case in cases {
+            let n_mels = case["n_mels"].as_u64().unwrap() as usize;
+            let expected: Vec<f64> = case["log_mel"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let frontend = LogMel::new(LogMelConfig {
+                sample_rate: audio.sample_rate,
+                n_mels,
+                ..LogMelConfig::default()
+            });
+            let ours = frontend.compute(&audio.samples);
+            assert_eq!(ours.n_mels * ours.frames, expected.len());
+            assert_eq!(ours.frames as u64, case["frames"].as_u64().unwrap());
+            // "Not negligible": within 80 dB of the loudest bin; the floor below that is
+            // float32 rounding in librosa's STFT, not the frontend.
+            let loudest = expected.iter().cloned().fold(f64::MIN, f64::max);
+            let (mut worst, mut compared) = (0.0f64, 0);
+            for (ours, theirs) in ours.data.iter().zip(&expected) {
+                if *theirs > loudest - 80.0 {
+                    worst = worst.max((*ours as f64 - theirs).abs());
+                    compared += 1;
+                }
+            }
+            assert!(
+                compared > expected.len() * 9 / 10,
+                "{compared} of {}",
+                expected.len()
+            );
+            assert!(
+                worst <= 1e-3,
+                "n_mels {n_mels}: worst difference {worst} dB"
+            );
         }
     }
 }

@@ -1,0 +1,288 @@
+//! WAV files in and out: decoding (integer PCM and float, any channel count mixed down to
+//! mono as librosa's `mono=True` does), resampling, and writing 16-bit PCM as the DCASE
+//! recordings are.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use hound::{SampleFormat, WavReader, WavSpec, WavWriter};
+use rubato::audioadapter_buffers::direct::InterleavedSlice;
+use rubato::{Fft, FixedSync, Resampler};
+
+use crate::error::{FileError, FileProblem, check_finite, write_atomically};
+
+/// Mono audio in [-1, 1] (integer PCM scaled as soundfile does: by 2^(bits-1)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Audio {
+    pub sample_rate: u32,
+    pub samples: Vec<f32>,
+}
+
+/// Reads and decodes a WAV file.
+pub fn read_wav(path: &Path) -> Result<Audio, FileError> {
+    let bytes = std::fs::read(path).map_err(|e| FileError::new(path, e.into()))?;
+    decode_wav(&bytes).map_err(|p| FileError::new(path, p))
+}
+
+/// Decodes a whole WAV file held in memory. The header's sample count is checked against
+/// the bytes that follow it before anything is allocated, so a corrupt header cannot ask
+/// for gigabytes.
+pub fn decode_wav(bytes: &[u8]) -> Result<Audio, FileProblem> {
+    let mut cursor = Cursor::new(bytes);
+    let (spec, promised_samples) = {
+        let reader = WavReader::new(&mut cursor).map_err(wav_problem)?;
+        (reader.spec(), reader.len() as u64)
+    };
+    // hound stops reading the header at the start of the data chunk.
+    let held = bytes.len() as u64 - cursor.position();
+    let bytes_per_sample = u64::from(spec.bits_per_sample).div_ceil(8);
+    let promised = promised_samples.saturating_mul(bytes_per_sample);
+    if promised > held {
+        return Err(FileProblem::Truncated { promised, held });
+    }
+    let channels = usize::from(spec.channels);
+    if channels == 0 {
+        return Err(FileProblem::Wav("the header gives 0 channels".into()));
+    }
+    if promised_samples < channels as u64 {
+        return Err(FileProblem::Empty);
+    }
+    let mut reader = WavReader::new(Cursor::new(bytes)).map_err(wav_problem)?;
+    let mut interleaved = Vec::with_capacity(promised_samples as usize);
+    match spec.sample_format {
+        SampleFormat::Float => {
+            for s in reader.samples::<f32>() {
+                interleaved.push(s.map_err(wav_problem)?);
+            }
+        }
+        SampleFormat::Int => {
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
+            for s in reader.samples::<i32>() {
+                interleaved.push(s.map_err(wav_problem)? as f32 * scale);
+            }
+        }
+    }
+    check_finite(&interleaved)?;
+    let samples = if channels == 1 {
+        interleaved
+    } else {
+        interleaved
+            .chunks_exact(channels)
+            .map(|frame| frame.iter().sum::<f32>() / channels as f32)
+            .collect()
+    };
+    Ok(Audio {
+        sample_rate: spec.sample_rate,
+        samples,
+    })
+}
+
+fn wav_problem(error: hound::Error) -> FileProblem {
+    match error {
+        hound::Error::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            FileProblem::Wav("the file ends inside its header or data".into())
+        }
+        other => FileProblem::Wav(other.to_string()),
+    }
+}
+
+/// Converts to `to` Hz with rubato's FFT resampler (fixed ratio, whole clip at once).
+pub fn resample(audio: &Audio, to: u32) -> Result<Audio, FileProblem> {
+    if audio.sample_rate == to {
+        return Ok(audio.clone());
+    }
+    let bad = |e: &dyn std::fmt::Display| FileProblem::Resample(e.to_string());
+    let mut resampler = Fft::<f32>::new(
+        audio.sample_rate as usize,
+        to as usize,
+        1024,
+        1,
+        FixedSync::Both,
+    )
+    .map_err(|e| bad(&e))?;
+    let frames = audio.samples.len();
+    let input = InterleavedSlice::new(&audio.samples[..], 1, frames).map_err(|e| bad(&e))?;
+    let output = resampler
+        .process_all(&input, frames, None)
+        .map_err(|e| bad(&e))?;
+    Ok(Audio {
+        sample_rate: to,
+        samples: output.take_data(),
+    })
+}
+
+/// Writes mono 16-bit PCM, atomically; samples outside [-1, 1] are clipped.
+pub fn write_wav(path: &Path, audio: &Audio) -> std::io::Result<()> {
+    let spec = WavSpec {
+        channels: 1,
+        sample_rate: audio.sample_rate,
+        bits_per_sample: 16,
+        sample_format: SampleFormat::Int,
+    };
+    write_atomically(path, |out| {
+        let mut writer = WavWriter::new(out, spec).map_err(std::io::Error::other)?;
+        for &s in &audio.samples {
+            let v = (s.clamp(-1.0, 1.0) * 32767.0).round() as i16;
+            writer.write_sample(v).map_err(std::io::Error::other)?;
+        }
+        writer.finalize().map_err(std::io::Error::other)
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A WAV file in memory, written by hound.
+    pub(crate) fn wav_bytes(spec: WavSpec, samples: &[f32]) -> Vec<u8> {
+        let mut cursor = Cursor::new(Vec::new());
+        {
+            let mut w = WavWriter::new(&mut cursor, spec).unwrap();
+            for &s in samples {
+                match (spec.sample_format, spec.bits_per_sample) {
+                    (SampleFormat::Float, _) => w.write_sample(s).unwrap(),
+                    (SampleFormat::Int, 16) => w.write_sample((s * 32767.0) as i16).unwrap(),
+                    (SampleFormat::Int, 24) => w.write_sample((s * 8_388_607.0) as i32).unwrap(),
+                    (SampleFormat::Int, b) => panic!("no test writer for {b}-bit"),
+                }
+            }
+            w.finalize().unwrap();
+        }
+        cursor.into_inner()
+    }
+
+    fn spec(channels: u16, bits: u16, format: SampleFormat) -> WavSpec {
+        WavSpec {
+            channels,
+            sample_rate: 16_000,
+            bits_per_sample: bits,
+            sample_format: format,
+        }
+    }
+
+    #[test]
+    fn pcm16_pcm24_and_float_decode_to_the_same_signal() {
+        let signal: Vec<f32> = (0..800).map(|i| (i as f32 * 0.05).sin() * 0.5).collect();
+        for (bits, format, tolerance) in [
+            (16, SampleFormat::Int, 1e-4),
+            (24, SampleFormat::Int, 1e-6),
+            (32, SampleFormat::Float, 0.0),
+        ] {
+            let audio = decode_wav(&wav_bytes(spec(1, bits, format), &signal)).unwrap();
+            assert_eq!(audio.sample_rate, 16_000);
+            assert_eq!(audio.samples.len(), signal.len());
+            let worst = audio
+                .samples
+                .iter()
+                .zip(&signal)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst <= tolerance, "{bits}-bit: worst error {worst}");
+        }
+    }
+
+    #[test]
+    fn stereo_is_mixed_down_to_the_mean_of_its_channels() {
+        let interleaved = [0.5, -0.5, 0.25, 0.75, -1.0, 0.0];
+        let audio = decode_wav(&wav_bytes(spec(2, 32, SampleFormat::Float), &interleaved)).unwrap();
+        assert_eq!(audio.samples, vec![0.0, 0.5, -0.5]);
+    }
+
+    #[test]
+    fn a_truncated_file_is_named_truncated_and_an_empty_one_empty() {
+        let full = wav_bytes(spec(1, 16, SampleFormat::Int), &[0.1; 1000]);
+        let cut = &full[..full.len() - 500];
+        assert!(
+            matches!(
+                decode_wav(cut),
+                Err(FileProblem::Truncated {
+                    promised: 2000,
+                    held: 1500
+                })
+            ),
+            "{:?}",
+            decode_wav(cut)
+        );
+        let empty = wav_bytes(spec(1, 16, SampleFormat::Int), &[]);
+        assert!(matches!(decode_wav(&empty), Err(FileProblem::Empty)));
+        assert!(matches!(decode_wav(b"RIFF"), Err(FileProblem::Wav(_))));
+        assert!(matches!(decode_wav(b""), Err(FileProblem::Wav(_))));
+        assert!(matches!(
+            decode_wav(b"this is not audio at all, just text"),
+            Err(FileProblem::Wav(_))
+        ));
+    }
+
+    #[test]
+    fn a_header_claiming_gigabytes_is_rejected_before_allocating() {
+        let mut bytes = wav_bytes(spec(1, 16, SampleFormat::Int), &[0.1; 10]);
+        // The data chunk's size field sits just before its 20 bytes of samples.
+        let at = bytes.len() - 20 - 4;
+        bytes[at..at + 4].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+        assert!(matches!(
+            decode_wav(&bytes),
+            Err(FileProblem::Truncated { held: 20, .. })
+        ));
+    }
+
+    #[test]
+    fn nan_samples_are_an_error_that_says_where() {
+        let bytes = wav_bytes(spec(1, 32, SampleFormat::Float), &[0.0, 0.1, f32::NAN]);
+        let error = decode_wav(&bytes).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("NaN value(s), the first at index 2"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn resampling_keeps_a_tone_and_scales_the_length() {
+        let tone = |sr: f64, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (std::f64::consts::TAU * 440.0 * i as f64 / sr).sin() as f32 * 0.5)
+                .collect()
+        };
+        let audio = Audio {
+            sample_rate: 32_000,
+            samples: tone(32_000.0, 32_000),
+        };
+        let out = resample(&audio, 16_000).unwrap();
+        assert_eq!(out.sample_rate, 16_000);
+        assert!(
+            (out.samples.len() as i64 - 16_000).abs() <= 1,
+            "{}",
+            out.samples.len()
+        );
+        let expected = tone(16_000.0, out.samples.len());
+        // Away from the edges the resampled tone is the tone at the new rate.
+        let worst = out.samples[2000..14000]
+            .iter()
+            .zip(&expected[2000..14000])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-2, "worst error {worst}");
+    }
+
+    #[test]
+    fn written_wavs_read_back_within_16_bit_quantisation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.wav");
+        let audio = Audio {
+            sample_rate: 16_000,
+            samples: vec![0.0, 0.5, -0.5, 1.5, -1.0],
+        };
+        write_wav(&path, &audio).unwrap();
+        let back = read_wav(&path).unwrap();
+        let expected = [0.0, 0.5, -0.5, 1.0, -1.0];
+        for (a, b) in back.samples.iter().zip(expected) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+        let missing = read_wav(&dir.path().join("gone.wav")).unwrap_err();
+        assert!(
+            missing.to_string().contains("gone.wav: cannot read it"),
+            "{missing}"
+        );
+    }
+}

@@ -1,0 +1,158 @@
+//! Ordered read-ahead on worker threads: jobs run in parallel, results come back in job
+//! order, and at most `depth` results exist at once (queued, in progress or waiting to be
+//! taken), which is what bounds the loader's host memory.
+//!
+//! Written here rather than taken from rayon: rayon's parallel iterators collect a whole
+//! input before yielding and have no bound on results held ahead of the consumer.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+
+type Job<J> = (u64, J);
+
+pub struct Prefetch<J, T> {
+    jobs: Box<dyn Iterator<Item = J> + Send>,
+    to_workers: Option<Sender<Job<J>>>,
+    from_workers: Receiver<(u64, T)>,
+    waiting: BTreeMap<u64, T>,
+    issued: u64,
+    yielded: u64,
+    depth: u64,
+}
+
+impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
+    pub fn new(
+        jobs: impl Iterator<Item = J> + Send + 'static,
+        workers: usize,
+        depth: usize,
+        work: impl Fn(J) -> T + Send + Sync + 'static,
+    ) -> Self {
+        let (to_workers, queue) = channel::<Job<J>>();
+        let (results, from_workers) = channel();
+        let queue = Arc::new(Mutex::new(queue));
+        let work = Arc::new(work);
+        for _ in 0..workers.max(1) {
+            let (queue, results, work) = (queue.clone(), results.clone(), work.clone());
+            std::thread::spawn(move || {
+                loop {
+                    // The lock is held only to take a job, never while working.
+                    let job = match queue.lock() {
+                        Ok(queue) => queue.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((index, job)) = job else { return };
+                    if results.send((index, work(job))).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let mut prefetch = Self {
+            jobs: Box::new(jobs),
+            to_workers: Some(to_workers),
+            from_workers,
+            waiting: BTreeMap::new(),
+            issued: 0,
+            yielded: 0,
+            depth: depth.max(1) as u64,
+        };
+        prefetch.top_up();
+        prefetch
+    }
+
+    fn top_up(&mut self) {
+        let Some(sender) = &self.to_workers else {
+            return;
+        };
+        while self.issued < self.yielded + self.depth {
+            let Some(job) = self.jobs.next() else { break };
+            if sender.send((self.issued, job)).is_err() {
+                break;
+            }
+            self.issued += 1;
+        }
+    }
+}
+
+impl<J: Send + 'static, T: Send + 'static> Iterator for Prefetch<J, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.yielded == self.issued {
+            return None;
+        }
+        let item = loop {
+            if let Some(item) = self.waiting.remove(&self.yielded) {
+                break item;
+            }
+            // A worker that panicked dropped its job: end rather than wait forever.
+            let (index, item) = self.from_workers.recv().ok()?;
+            self.waiting.insert(index, item);
+        };
+        self.yielded += 1;
+        self.top_up();
+        Some(item)
+    }
+}
+
+impl<J, T> Drop for Prefetch<J, T> {
+    fn drop(&mut self) {
+        // Workers stop once the queue is closed; results still in flight are dropped.
+        self.to_workers = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn results_come_in_job_order_whatever_order_workers_finish_in() {
+        let out: Vec<u64> = Prefetch::new(0..50u64, 4, 8, |i| {
+            std::thread::sleep(Duration::from_micros((50 - i) * 30));
+            i * i
+        })
+        .collect();
+        assert_eq!(out, (0..50u64).map(|i| i * i).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn no_more_than_depth_results_exist_ahead_of_the_consumer() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        struct Item(Arc<AtomicUsize>);
+        impl Drop for Item {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let (l, m) = (live.clone(), most.clone());
+        let prefetch = Prefetch::new(0..200, 3, 5, move |_| {
+            let now = l.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            Item(l.clone())
+        });
+        let mut taken = 0;
+        for item in prefetch {
+            std::thread::sleep(Duration::from_micros(200));
+            drop(item);
+            taken += 1;
+        }
+        assert_eq!(taken, 200);
+        // `depth` ahead plus the one the consumer holds.
+        assert!(
+            most.load(Ordering::SeqCst) <= 6,
+            "{} alive at once",
+            most.load(Ordering::SeqCst)
+        );
+    }
+
+    #[test]
+    fn an_empty_job_list_yields_nothing() {
+        let mut prefetch = Prefetch::new(std::iter::empty::<u32>(), 2, 4, |x| x);
+        assert_eq!(prefetch.next(), None);
+    }
+}
