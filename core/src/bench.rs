@@ -121,12 +121,8 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// `VmHWM` from /proc: the same figure as Python's `ru_maxrss` on Linux.
 fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+    crate::memory::host_peak_bytes().map(|b| b as f64 / (1u64 << 20) as f64)
 }
 
 #[cfg(test)]

@@ -4,9 +4,13 @@
 //! seed and the position in the run, so a resumed run draws exactly the batches the
 //! uninterrupted one would have.
 
+use std::sync::Arc;
+
 use burn::tensor::{Device, Tensor, TensorData};
 use headroom_datasets::patch::all_patches;
-use headroom_datasets::{Clip, PATCH_SIZE, PatchError, PatchSpec};
+use headroom_datasets::{
+    ClipStore, FileError, FileProblem, PATCH_SIZE, PatchError, PatchSpec, Prefetch, Spectrogram,
+};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -21,15 +25,8 @@ pub struct Normalization {
 }
 
 impl Normalization {
-    pub fn fit(clips: &[Clip]) -> Self {
-        let (mut sum, mut sum_sq, mut n) = (0.0f64, 0.0f64, 0usize);
-        for clip in clips {
-            for &v in &clip.spectrogram.data {
-                sum += v as f64;
-                sum_sq += (v as f64) * (v as f64);
-                n += 1;
-            }
-        }
+    /// From the sum, the sum of squares and the count of the train split's values.
+    pub fn from_moments(sum: f64, sum_sq: f64, n: usize) -> Self {
         let mean = sum / n.max(1) as f64;
         let var = (sum_sq / n.max(1) as f64 - mean * mean).max(0.0);
         Self {
@@ -38,7 +35,7 @@ impl Normalization {
         }
     }
 
-    fn apply(&self, values: &mut [f32]) {
+    pub fn apply(&self, values: &mut [f32]) {
         for v in values {
             *v = (*v - self.mean) / self.std;
         }
@@ -73,91 +70,169 @@ impl PatchBatch {
     }
 }
 
-/// The train split seen as an endless sequence of shuffled epochs.
-#[derive(Debug, Clone)]
+/// The train split seen as an endless sequence of shuffled epochs, read ahead on worker
+/// threads. Which clip a stream position draws, and where its patches fall, depend only on
+/// the seed and the position.
 pub struct TrainStream {
-    clips: Vec<Clip>,
+    store: Arc<ClipStore>,
+    train: Arc<Vec<usize>>,
     spec: PatchSpec,
     seed: u64,
     normalization: Normalization,
+    workers: usize,
+    /// Spectrograms read ahead.
+    depth: usize,
+    ahead: Option<Ahead>,
+}
+
+/// The read-ahead from one stream position on.
+struct Ahead {
+    next: u64,
+    patches: Prefetch<(u64, usize), Result<Vec<f32>, FileError>>,
 }
 
 impl TrainStream {
+    /// `depth`: spectrograms read ahead of the consumer.
     pub fn new(
-        clips: Vec<Clip>,
+        store: Arc<ClipStore>,
+        train: Vec<usize>,
         spec: PatchSpec,
         seed: u64,
         normalization: Normalization,
-    ) -> Result<Self, PatchError> {
-        for clip in &clips {
-            spec.check(clip.spectrogram.n_mels, clip.spectrogram.frames)?;
-        }
-        Ok(Self {
-            clips,
+        workers: usize,
+        depth: usize,
+    ) -> Self {
+        Self {
+            store,
+            train: Arc::new(train),
             spec,
             seed,
             normalization,
-        })
+            workers,
+            depth: depth.max(1),
+            ahead: None,
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.clips.len()
+        self.train.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.clips.is_empty()
+        self.train.is_empty()
     }
 
-    /// The train clips, in their original order.
-    pub fn clips(&self) -> &[Clip] {
-        &self.clips
+    /// The train clips' positions in the store, in their original order.
+    pub fn clips(&self) -> &[usize] {
+        &self.train
     }
 
     /// The epoch that position `position` of the stream falls in.
     pub fn epoch_of(&self, position: u64) -> u64 {
-        position / self.clips.len() as u64
+        position / self.train.len() as u64
     }
 
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.clips.len()).collect();
-        order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix(
-            self.seed, epoch, 0x0e70,
-        )));
-        order
-    }
-
-    /// `count` spectrograms from stream position `first` on, patched.
-    pub fn batch(&self, first: u64, count: usize) -> PatchBatch {
-        let n = self.clips.len() as u64;
-        let mut values = Vec::with_capacity(count * self.spec.n_patches * PATCH_SIZE * PATCH_SIZE);
-        let mut order = (u64::MAX, Vec::new());
-        for position in first..first + count as u64 {
-            let epoch = position / n;
-            if order.0 != epoch {
-                order = (epoch, self.order(epoch));
-            }
-            let clip = &self.clips[order.1[(position % n) as usize]];
-            let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, position, 0x9a7c));
-            self.spec
-                .extract_into(&clip.spectrogram, &mut rng, &mut values)
-                .expect("every clip was checked against the patch spec in TrainStream::new");
+    /// `count` spectrograms from stream position `first` on, patched. Reading ahead goes
+    /// on from where this batch ends; a batch elsewhere (a resumed run, a redone step)
+    /// restarts it there.
+    pub fn batch(&mut self, first: u64, count: usize) -> Result<PatchBatch, FileError> {
+        if self.ahead.as_ref().is_none_or(|a| a.next != first) {
+            self.ahead = Some(self.read_ahead_from(first));
         }
-        self.normalization.apply(&mut values);
-        PatchBatch {
+        let ahead = self.ahead.as_mut().expect("set just above");
+        let mut values = Vec::with_capacity(count * self.spec.n_patches * PATCH_SIZE * PATCH_SIZE);
+        for _ in 0..count {
+            let patches = ahead.patches.next().unwrap_or_else(|| {
+                Err(FileError::new(
+                    "the train stream",
+                    FileProblem::ReaderStopped,
+                ))
+            });
+            ahead.next += 1;
+            match patches {
+                Ok(p) => values.extend_from_slice(&p),
+                Err(error) => {
+                    self.ahead = None;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(PatchBatch {
             patches: count * self.spec.n_patches,
             values,
+        })
+    }
+
+    fn read_ahead_from(&self, first: u64) -> Ahead {
+        let positions = Positions {
+            next: first,
+            n: self.train.len() as u64,
+            seed: self.seed,
+            order: (u64::MAX, Vec::new()),
+        };
+        let (store, train, spec, seed, normalization) = (
+            self.store.clone(),
+            self.train.clone(),
+            self.spec,
+            self.seed,
+            self.normalization,
+        );
+        let patches = Prefetch::new(
+            positions,
+            self.workers,
+            self.depth,
+            move |(position, slot)| {
+                let index = train[slot];
+                let spectrogram = store.read(index)?;
+                let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, position, 0x9a7c));
+                let mut values = Vec::with_capacity(spec.n_patches * PATCH_SIZE * PATCH_SIZE);
+                spec.extract_into(&spectrogram, &mut rng, &mut values)
+                    .map_err(|e| FileError::new(store.clips()[index].describe(), e.into()))?;
+                normalization.apply(&mut values);
+                Ok(values)
+            },
+        );
+        Ahead {
+            next: first,
+            patches,
         }
+    }
+}
+
+/// Stream positions and the train slot each draws: epochs are shuffles of the train split.
+struct Positions {
+    next: u64,
+    n: u64,
+    seed: u64,
+    order: (u64, Vec<usize>),
+}
+
+impl Iterator for Positions {
+    type Item = (u64, usize);
+
+    fn next(&mut self) -> Option<(u64, usize)> {
+        let position = self.next;
+        let epoch = position / self.n;
+        if self.order.0 != epoch {
+            let mut order: Vec<usize> = (0..self.n as usize).collect();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix(
+                self.seed, epoch, 0x0e70,
+            )));
+            self.order = (epoch, order);
+        }
+        self.next += 1;
+        Some((position, self.order.1[(position % self.n) as usize]))
     }
 }
 
 /// Every patch of one clip, `stride` frames apart: how validation and scoring see a clip.
 pub fn clip_patches(
-    clip: &Clip,
+    spectrogram: &Spectrogram,
     stride: usize,
     normalization: &Normalization,
 ) -> Result<PatchBatch, PatchError> {
     let mut values = Vec::new();
-    let patches = all_patches(&clip.spectrogram, stride, &mut values)?;
+    let patches = all_patches(spectrogram, stride, &mut values)?;
     normalization.apply(&mut values);
     Ok(PatchBatch { values, patches })
 }
@@ -173,7 +248,7 @@ fn mix(seed: u64, a: u64, salt: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_datasets::{Label, PatchPlacement, Spectrogram};
+    use headroom_datasets::{Label, PatchPlacement};
 
     #[test]
     fn a_batch_splits_into_chunks_that_keep_every_patch_in_order() {
@@ -191,19 +266,31 @@ mod tests {
         assert_eq!(joined, batch.values);
     }
 
-    fn clips(n: usize) -> Vec<Clip> {
-        (0..n)
+    /// A store of `n` synthetic-looking clips whose values are all their index.
+    fn store(n: usize) -> Arc<ClipStore> {
+        use headroom_datasets::{ClipInfo, ClipReader, FeatureSettings, Origin, Split};
+        let dir = std::env::temp_dir().join(format!("headroom-data-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let clips = (0..n)
             .map(|i| {
                 let mut s = Spectrogram::zeros(64, 100);
                 s.data.iter_mut().for_each(|v| *v = i as f32);
-                Clip {
+                let path = dir.join(format!("normal_id_00_{i:08}.npy"));
+                headroom_datasets::npy::write_npy(&path, &s).unwrap();
+                ClipInfo {
                     name: format!("c{i}"),
+                    machine_type: "t".into(),
                     machine_id: 0,
-                    label: Label::Normal,
-                    spectrogram: s,
+                    split: Split::Train,
+                    label: Some(Label::Normal),
+                    origin: Origin::Npy(path),
                 }
             })
-            .collect()
+            .collect();
+        Arc::new(ClipStore::new(
+            clips,
+            ClipReader::new(FeatureSettings::default()),
+        ))
     }
 
     #[test]
@@ -217,25 +304,36 @@ mod tests {
             mean: 0.0,
             std: 1.0,
         };
-        let stream = TrainStream::new(clips(5), spec, 3, norm).unwrap();
-        let firsts = |first: u64| -> Vec<f32> {
-            let b = stream.batch(first, 5);
+        let mut stream = TrainStream::new(store(5), (0..5).collect(), spec, 3, norm, 2, 3);
+        let mut firsts = |first: u64| -> Vec<f32> {
+            let b = stream.batch(first, 5).unwrap();
             (0..5).map(|p| b.values[p * 4096]).collect()
         };
         let mut epoch0 = firsts(0);
-        assert_eq!(firsts(0), epoch0);
+        assert_eq!(firsts(0), epoch0, "a redone batch reads the same clips");
         assert_ne!(firsts(5), epoch0, "epochs are shuffled differently");
         epoch0.sort_by(f32::total_cmp);
         assert_eq!(epoch0, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
         // A batch straddling an epoch boundary equals the two halves drawn apart.
-        let whole = stream.batch(3, 4).values;
-        let parts = [stream.batch(3, 2).values, stream.batch(5, 2).values].concat();
+        let whole = stream.batch(3, 4).unwrap().values;
+        let parts = [
+            stream.batch(3, 2).unwrap().values,
+            stream.batch(5, 2).unwrap().values,
+        ]
+        .concat();
         assert_eq!(whole, parts);
+        // Read ahead or not, the same positions give the same patches.
+        let mut fresh = TrainStream::new(store(5), (0..5).collect(), spec, 3, norm, 1, 1);
+        assert_eq!(fresh.batch(3, 4).unwrap().values, whole);
     }
 
     #[test]
     fn normalization_standardises() {
-        let norm = Normalization::fit(&clips(4));
+        // Values 0, 1, 2, 3 in equal numbers: mean 1.5, variance 1.25.
+        let n = 6400;
+        let sum = (0..4).map(|i| i as f64 * n as f64).sum();
+        let sum_sq = (0..4).map(|i| (i * i) as f64 * n as f64).sum();
+        let norm = Normalization::from_moments(sum, sum_sq, 4 * n);
         assert!((norm.mean - 1.5).abs() < 1e-6);
         assert!((norm.std - 1.25f32.sqrt()).abs() < 1e-5);
     }

@@ -1,68 +1,125 @@
 //! Anomaly scoring: a clip's score is the mean reconstruction error of its patches
-//! (MODEL.md); AUC per machine ID, averaged as the DCASE challenge does.
+//! (MODEL.md); AUC and pAUC per machine type and ID, averaged as the DCASE challenge does.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use burn::tensor::Device;
-use headroom_datasets::{Clip, Label};
+use headroom_datasets::{ClipStore, FileError, Label, Prefetch};
+use serde::{Deserialize, Serialize};
 
-use crate::data::{Normalization, clip_patches};
-use crate::events::{EvaluationReport, MachineScore};
+use crate::data::{Normalization, PatchBatch, clip_patches};
+use crate::dataset::{OnBadFile, report_bad_files};
+use crate::events::{EvaluationReport, MachineScore, TypeScore};
 use crate::metrics::{partial_auc, roc_auc};
+use crate::model::VqAutoencoder;
 
 /// The DCASE 2020 Task 2 pAUC's false-positive range.
 pub const PAUC_MAX_FPR: f64 = 0.1;
-use crate::model::VqAutoencoder;
 
-/// Score of each clip, in the order given, from at most `chunk` patches on the device at
-/// a time.
+/// One scored clip, as the challenge's score files list it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClipScore {
+    pub machine_type: String,
+    pub machine_id: u32,
+    /// File name (`anomaly_id_00_00000012.wav`).
+    pub name: String,
+    pub label: Option<Label>,
+    pub score: f64,
+}
+
+/// How scoring reads and splits clips.
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreSettings {
+    pub stride: usize,
+    /// Patches on the device at once.
+    pub chunk: usize,
+    pub workers: usize,
+    pub on_bad_file: OnBadFile,
+}
+
+/// Scores of the clips at `indices` of `store`, in that order, reading ahead on worker
+/// threads; with [`OnBadFile::Skip`] unreadable clips are left out and listed in `skipped`.
 pub fn clip_scores(
     model: &VqAutoencoder,
     device: &Device,
-    clips: &[Clip],
-    stride: usize,
-    chunk: usize,
+    store: &Arc<ClipStore>,
+    indices: &[usize],
     normalization: &Normalization,
-) -> Vec<f64> {
-    clips
-        .iter()
-        .map(|clip| {
-            let batch = clip_patches(clip, stride, normalization)
-                .expect("test clips were checked against the patch settings");
-            let sum: f64 = batch
-                .chunks(chunk)
-                .map(|part| {
-                    let errors = model.patch_errors(part.to_tensor(device));
-                    errors.sum().into_scalar::<f32>() as f64
-                })
-                .sum();
-            sum / batch.patches.max(1) as f64
-        })
-        .collect()
+    settings: ScoreSettings,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<ClipScore>, crate::dataset::DataError> {
+    let reader = store.clone();
+    let normalization = *normalization;
+    let stride = settings.stride;
+    let jobs: Vec<usize> = indices.to_vec();
+    let batches = Prefetch::new(
+        jobs.into_iter(),
+        settings.workers,
+        2 * settings.workers.max(1),
+        move |i| -> (usize, Result<PatchBatch, FileError>) {
+            let batch = reader.read(i).and_then(|s| {
+                clip_patches(&s, stride, &normalization)
+                    .map_err(|e| FileError::new(reader.clips()[i].describe(), e.into()))
+            });
+            (i, batch)
+        },
+    );
+    let mut scores = Vec::with_capacity(indices.len());
+    let mut bad = Vec::new();
+    for (i, batch) in batches {
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(error) => {
+                bad.push(error);
+                if settings.on_bad_file == OnBadFile::Fail {
+                    break;
+                }
+                continue;
+            }
+        };
+        let sum: f64 = batch
+            .chunks(settings.chunk)
+            .map(|part| {
+                let errors = model.patch_errors(part.to_tensor(device));
+                errors.sum().into_scalar::<f32>() as f64
+            })
+            .sum();
+        let clip = &store.clips()[i];
+        scores.push(ClipScore {
+            machine_type: clip.machine_type.clone(),
+            machine_id: clip.machine_id,
+            name: clip.name.clone(),
+            label: clip.label,
+            score: sum / batch.patches.max(1) as f64,
+        });
+    }
+    report_bad_files(bad, settings.on_bad_file, skipped)?;
+    Ok(scores)
 }
 
-pub fn evaluate(
-    model: &VqAutoencoder,
-    device: &Device,
-    clips: &[Clip],
-    stride: usize,
-    chunk: usize,
-    normalization: &Normalization,
-) -> EvaluationReport {
-    let scores = clip_scores(model, device, clips, stride, chunk, normalization);
-    let mut by_machine: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    for (clip, score) in clips.iter().zip(scores) {
-        let entry = by_machine.entry(clip.machine_id).or_default();
+type NormalAndAnomalous = (Vec<f64>, Vec<f64>);
+
+/// AUC and pAUC per machine type and ID (IDs without both normal and anomalous clips have
+/// none), with their means.
+pub fn report(scores: &[ClipScore]) -> EvaluationReport {
+    let mut groups: BTreeMap<(&str, u32), NormalAndAnomalous> = BTreeMap::new();
+    for clip in scores {
+        let entry = groups
+            .entry((clip.machine_type.as_str(), clip.machine_id))
+            .or_default();
         match clip.label {
-            Label::Normal => entry.0.push(score),
-            Label::Anomaly => entry.1.push(score),
+            Some(Label::Normal) => entry.0.push(clip.score),
+            Some(Label::Anomaly) => entry.1.push(clip.score),
+            None => {}
         }
     }
-    let per_machine: Vec<MachineScore> = by_machine
+    let per_machine: Vec<MachineScore> = groups
         .into_iter()
-        .filter_map(|(machine_id, (normal, anomalous))| {
+        .filter_map(|((machine_type, machine_id), (normal, anomalous))| {
             let pauc = partial_auc(&normal, &anomalous, PAUC_MAX_FPR)?;
             roc_auc(&normal, &anomalous).map(|auc| MachineScore {
+                machine_type: machine_type.to_string(),
                 machine_id,
                 auc,
                 pauc,
@@ -74,10 +131,74 @@ pub fn evaluate(
     let mean = |f: fn(&MachineScore) -> f64| {
         per_machine.iter().map(f).sum::<f64>() / per_machine.len().max(1) as f64
     };
+    let mut per_type: Vec<TypeScore> = Vec::new();
+    for m in &per_machine {
+        match per_type.last_mut() {
+            Some(t) if t.machine_type == m.machine_type => {
+                t.auc += m.auc;
+                t.pauc += m.pauc;
+                t.machine_ids += 1;
+            }
+            _ => per_type.push(TypeScore {
+                machine_type: m.machine_type.clone(),
+                auc: m.auc,
+                pauc: m.pauc,
+                machine_ids: 1,
+            }),
+        }
+    }
+    for t in &mut per_type {
+        t.auc /= t.machine_ids as f64;
+        t.pauc /= t.machine_ids as f64;
+    }
     EvaluationReport {
         auc: mean(|m| m.auc),
         pauc: mean(|m| m.pauc),
         per_machine,
-        clips: clips.len(),
+        per_type,
+        clips: scores.len(),
+        skipped: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn score(machine_type: &str, id: u32, label: Option<Label>, score: f64) -> ClipScore {
+        ClipScore {
+            machine_type: machine_type.into(),
+            machine_id: id,
+            name: String::new(),
+            label,
+            score,
+        }
+    }
+
+    #[test]
+    fn machine_types_and_ids_are_scored_apart_and_unlabelled_clips_are_not_scored() {
+        use Label::*;
+        let scores = [
+            score("fan", 0, Some(Normal), 0.1),
+            score("fan", 0, Some(Anomaly), 0.9),
+            score("pump", 0, Some(Normal), 0.9),
+            score("pump", 0, Some(Anomaly), 0.1),
+            score("pump", 1, None, 0.5),
+        ];
+        let report = report(&scores);
+        let rows: Vec<(&str, u32, f64)> = report
+            .per_machine
+            .iter()
+            .map(|m| (m.machine_type.as_str(), m.machine_id, m.auc))
+            .collect();
+        assert_eq!(rows, [("fan", 0, 1.0), ("pump", 0, 0.0)]);
+        assert_eq!(report.auc, 0.5);
+        let types: Vec<(&str, f64, usize)> = report
+            .per_type
+            .iter()
+            .map(|t| (t.machine_type.as_str(), t.auc, t.machine_ids))
+            .collect();
+        assert_eq!(types, [("fan", 1.0, 1), ("pump", 0.0, 1)]);
+        assert_eq!(report.clips, 5);
     }
 }

@@ -17,6 +17,8 @@ pub enum Event {
     DryRun(DryRunReport),
     /// The plan a run trains with, its prediction and the reason in words.
     Plan(PlanReport),
+    /// The run's clips: what was found, how they are read, what was left out.
+    Dataset(DatasetReport),
     /// The run's configuration, once before the first step.
     Config(RunInfo),
     /// A step ran out of memory; the run shrank its micro-batch and redid the step.
@@ -39,6 +41,9 @@ pub enum Event {
         total_steps: u64,
         stopped_early: bool,
         elapsed_s: f64,
+        /// The process's peak resident memory so far (Linux's VmHWM), when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_peak_bytes: Option<u64>,
     },
 }
 
@@ -134,6 +139,8 @@ pub struct StepReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineScore {
+    #[serde(default)]
+    pub machine_type: String,
     pub machine_id: u32,
     pub auc: f64,
     /// Partial AUC for false-positive rates up to 0.1, McClish-standardised (DCASE 2020).
@@ -149,7 +156,38 @@ pub struct EvaluationReport {
     /// Mean of the per-machine-ID pAUCs.
     pub pauc: f64,
     pub per_machine: Vec<MachineScore>,
+    /// Means over each machine type's IDs, as the challenge reports them.
+    #[serde(default)]
+    pub per_type: Vec<TypeScore>,
     pub clips: usize,
+    /// Test files left out (`--on-bad-file skip`), each with its problem.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TypeScore {
+    pub machine_type: String,
+    pub auc: f64,
+    pub pauc: f64,
+    pub machine_ids: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetReport {
+    /// `synthetic`, or the dataset's root folder.
+    pub source: String,
+    pub machine_types: Vec<String>,
+    pub train_clips: usize,
+    pub validation_clips: usize,
+    pub test_clips: usize,
+    /// Spectrograms kept in host memory once read (the dataset fits the loader's share);
+    /// otherwise every epoch streams them from disk.
+    pub resident: bool,
+    pub host_memory_bytes: u64,
+    /// Files left out (`--on-bad-file skip`), each with its problem.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// Anything that takes events: a closure, a channel, a collector in tests.

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod bench;
 pub mod checkpoint;
 pub mod data;
+pub mod dataset;
 pub mod eval;
 pub mod events;
 pub mod memory;

@@ -8,6 +8,7 @@ use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::flat_parameters;
 use headroom_core::train::{DatasetSource, TrainError};
 use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
+use headroom_datasets::SyntheticConfig;
 
 // The budget guard reads host memory on flex, so this binary counts allocations.
 #[global_allocator]
@@ -40,11 +41,13 @@ fn config_on(backend: BackendKind) -> TrainConfig {
         validation_every_nth_clip: 0,
         ..TrainConfig::default()
     };
-    let DatasetSource::Synthetic(data) = &mut c.dataset;
-    data.machine_ids = 1;
-    data.train_per_id = 12;
-    data.test_normal_per_id = 1;
-    data.test_anomaly_per_id = 1;
+    c.dataset = DatasetSource::Synthetic(SyntheticConfig {
+        machine_ids: 1,
+        train_per_id: 12,
+        test_normal_per_id: 1,
+        test_anomaly_per_id: 1,
+        ..SyntheticConfig::default()
+    });
     c
 }
 

@@ -70,6 +70,10 @@ pub enum FileProblem {
     AnomalyInTrain,
     #[error("cannot resample it: {0}")]
     Resample(String),
+    #[error(transparent)]
+    Patch(#[from] crate::patch::PatchError),
+    #[error("a reading thread stopped without reading it (it panicked; see the log above)")]
+    ReaderStopped,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

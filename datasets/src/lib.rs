@@ -12,6 +12,7 @@ pub mod npy;
 pub mod patch;
 pub mod prefetch;
 pub mod reader;
+pub mod store;
 pub mod synthetic;
 
 pub use clip::{Clip, ClipInfo, Label, Origin, Spectrogram, Split};
@@ -20,4 +21,5 @@ pub use logmel::{LogMel, LogMelConfig};
 pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchSpec};
 pub use prefetch::Prefetch;
 pub use reader::{ClipReader, FeatureCache, FeatureSettings};
+pub use store::ClipStore;
 pub use synthetic::{AnomalyKind, SyntheticConfig, SyntheticDataset};

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::clip::{Clip, Label, Split};
+use crate::clip::{Clip, ClipInfo, Label, Origin, Split};
 use crate::logmel::{LogMel, LogMelConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +155,36 @@ impl SyntheticDataset {
             }
         }
         keys
+    }
+
+    /// The machine type synthetic clips are filed under.
+    pub const MACHINE_TYPE: &'static str = "synthetic";
+
+    /// Every clip as an index entry, synthesised only when read (see [`crate::ClipReader`]).
+    pub fn index(config: &SyntheticConfig) -> Vec<ClipInfo> {
+        Self::keys(config)
+            .into_iter()
+            .map(|key| ClipInfo {
+                name: format!("{}.wav", key.name()),
+                machine_type: Self::MACHINE_TYPE.into(),
+                machine_id: key.machine_id,
+                split: key.split,
+                label: Some(key.label()),
+                origin: Origin::Synthetic(key),
+            })
+            .collect()
+    }
+
+    /// The log-mel settings its clips are read with.
+    pub fn features(config: &SyntheticConfig) -> crate::FeatureSettings {
+        crate::FeatureSettings {
+            logmel: LogMelConfig {
+                sample_rate: config.sample_rate,
+                n_mels: config.n_mels,
+                ..LogMelConfig::default()
+            },
+            resample: false,
+        }
     }
 
     /// Synthesises every clip, on as many threads as the machine has.

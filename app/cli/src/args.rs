@@ -31,6 +31,13 @@ pub enum Command {
     Plan(Box<PlanArgs>),
     /// List the devices Headroom could train on, their memory, and what --backend auto picks.
     Probe(ProbeArgs),
+    /// Write the built-in synthetic dataset as WAV files in the DCASE 2020 Task 2 layout.
+    Synth(SynthArgs),
+    /// Compute the log-mel spectrogram of one WAV file and save it as [n_mels, frames] .npy.
+    Features(FeaturesArgs),
+    /// Score a dataset's test clips with a trained model: the challenge's per-clip score files
+    /// and AUC/pAUC per machine type and ID (table, CSV and JSON).
+    Eval(Box<EvalArgs>),
     /// The GPU half of `probe`, run in a child process so a driver fault cannot take the
     /// caller down.
     #[command(name = "__probe-gpus", hide = true)]
@@ -280,11 +287,15 @@ pub struct TrainArgs {
     #[arg(long)]
     pub stop_after: Option<u64>,
     /// Synthetic dataset: clips per machine ID in the train split.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data_root")]
     pub train_clips_per_id: Option<usize>,
     /// Synthetic dataset: number of machine IDs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data_root")]
     pub machine_ids: Option<u32>,
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
     /// Threads for the CPU backends (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -298,6 +309,183 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_plan: bool,
     /// One JSON object per line per event, instead of progress bars.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the clips come from [default: the built-in synthetic dataset].
+#[derive(Args, Debug, Clone, Default)]
+pub struct DataArgs {
+    /// A dataset in the DCASE 2020 Task 2 layout: ROOT/<machine_type>/{train,test}/ with
+    /// normal_id_XX_NNNNNNNN.wav (or .npy spectrograms) files.
+    #[arg(long, alias = "data_root")]
+    pub data_root: Option<PathBuf>,
+    /// Only this machine type (fan, pump, slider, valve, ToyCar, ToyConveyor, ...)
+    /// [default: every type under --data-root].
+    #[arg(long, alias = "machine_type", requires = "data_root")]
+    pub machine_type: Option<String>,
+    #[command(flatten)]
+    pub features: FeatureArgs,
+}
+
+/// How recordings become log-mel features (the challenge baseline's settings by default).
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct FeatureArgs {
+    /// Mel bands [default: 64]; the default model takes 64.
+    #[arg(long, alias = "n_mels", value_parser = parse_n_mels)]
+    pub n_mels: Option<usize>,
+    /// The dataset's sample rate in Hz [default: 16000]; files at another rate are an error
+    /// unless --resample is given.
+    #[arg(long, alias = "sample_rate")]
+    pub sample_rate: Option<u32>,
+    /// Resample recordings at another rate instead of rejecting them.
+    #[arg(long)]
+    pub resample: bool,
+}
+
+fn parse_n_mels(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "64" => Ok(64),
+        "128" => Ok(128),
+        _ => Err(format!(
+            "{s:?}: the baseline's frontend takes 64 or 128 mel bands"
+        )),
+    }
+}
+
+impl FeatureArgs {
+    pub fn settings(&self) -> headroom_datasets::FeatureSettings {
+        let mut s = headroom_datasets::FeatureSettings::default();
+        if let Some(n) = self.n_mels {
+            s.logmel.n_mels = n;
+        }
+        if let Some(sr) = self.sample_rate {
+            s.logmel.sample_rate = sr;
+        }
+        s.resample = self.resample;
+        s
+    }
+}
+
+/// How clips are read from disk.
+#[derive(Args, Debug, Clone)]
+pub struct LoaderArgs {
+    /// Micro-batches read ahead of the one training (seed 003's prefetch factor).
+    #[arg(long, default_value_t = 2)]
+    pub prefetch: usize,
+    /// Threads that decode audio, compute features and cut patches.
+    #[arg(long, default_value_t = 2)]
+    pub loader_workers: usize,
+    /// Host memory the loader may hold, e.g. 512MiB: read-ahead, plus the dataset's
+    /// spectrograms when they all fit in half of it (else they stream from disk every epoch).
+    #[arg(long, default_value = "1GiB")]
+    pub host_memory: String,
+    /// A folder for the log-mel features of recordings, reused across runs and epochs.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// What to do with an unreadable or misnamed file: stop (fail) or leave it out (skip);
+    /// skipped files are listed at the end.
+    #[arg(long, value_enum, default_value_t = BadFile::Fail)]
+    pub on_bad_file: BadFile,
+}
+
+impl Default for LoaderArgs {
+    fn default() -> Self {
+        Self {
+            prefetch: 2,
+            loader_workers: 2,
+            host_memory: "1GiB".into(),
+            cache: None,
+            on_bad_file: BadFile::Fail,
+        }
+    }
+}
+
+impl LoaderArgs {
+    pub fn options(&self) -> anyhow::Result<headroom_core::dataset::LoaderOptions> {
+        use anyhow::Context;
+        anyhow::ensure!(self.prefetch >= 1, "--prefetch must be at least 1 (got 0)");
+        anyhow::ensure!(
+            self.loader_workers >= 1,
+            "--loader-workers must be at least 1 (got 0)"
+        );
+        let host_memory_bytes = headroom_core::memory::parse_size(&self.host_memory)
+            .with_context(|| format!("--host-memory {:?}", self.host_memory))?;
+        Ok(headroom_core::dataset::LoaderOptions {
+            workers: self.loader_workers,
+            prefetch: self.prefetch,
+            host_memory_bytes,
+            on_bad_file: match self.on_bad_file {
+                BadFile::Fail => headroom_core::dataset::OnBadFile::Fail,
+                BadFile::Skip => headroom_core::dataset::OnBadFile::Skip,
+            },
+            cache: self.cache.clone(),
+        })
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadFile {
+    Fail,
+    Skip,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// The dataset's root folder; clips go to OUT/<machine-type>/{train,test}/.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Folder name of the machine type.
+    #[arg(long, default_value = "synthetic")]
+    pub machine_type: String,
+    /// Machine IDs [default: 4, as the built-in dataset].
+    #[arg(long)]
+    pub machine_ids: Option<u32>,
+    /// Train clips per machine ID [default: 40].
+    #[arg(long)]
+    pub train_clips_per_id: Option<usize>,
+    /// Normal and (as many) anomalous test clips per machine ID [default: 12].
+    #[arg(long)]
+    pub test_clips_per_id: Option<usize>,
+    /// Seconds per clip [default: 10].
+    #[arg(long)]
+    pub seconds: Option<f32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct FeaturesArgs {
+    /// The recording (WAV: PCM or float, mono or stereo).
+    pub input: PathBuf,
+    /// Where to write the [n_mels, frames] float32 .npy file.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub features: FeatureArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A run directory (its newest checkpoint) or one checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Score this dataset's test clips [default: the run's own dataset]. Features are
+    /// computed with the run's settings.
+    #[arg(long, alias = "data_root")]
+    pub data_root: Option<PathBuf>,
+    /// Only this machine type [default: the run's, or every type under --data-root].
+    #[arg(long, alias = "machine_type")]
+    pub machine_type: Option<String>,
+    /// Where the score files and results go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Backend to score on [default: the run's].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }

@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod budget;
+mod datasets;
 mod plan;
 mod probe;
 mod render;
@@ -47,6 +48,9 @@ fn main() -> Result<()> {
         args::Command::Plan(a) => plan::run(*a),
         args::Command::Probe(a) => probe::run(a),
         args::Command::ProbeGpusChild(a) => probe::child(a),
+        args::Command::Synth(a) => datasets::synth(a),
+        args::Command::Features(a) => datasets::features(a),
+        args::Command::Eval(a) => datasets::eval(*a),
     }
 }
 

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use headroom_core::events::{DryRunReport, EvaluationReport, Event, RecoveryReport, RunInfo};
+use headroom_core::events::{
+    DatasetReport, DryRunReport, EvaluationReport, Event, RecoveryReport, RunInfo,
+};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub fn mib(bytes: u64) -> String {
@@ -16,6 +18,7 @@ pub struct ProgressRenderer {
     memory: ProgressBar,
     last_loss: Option<f64>,
     effective_batch: Option<String>,
+    skipped: Vec<String>,
 }
 
 impl ProgressRenderer {
@@ -39,6 +42,7 @@ impl ProgressRenderer {
             memory,
             last_loss: None,
             effective_batch: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -64,6 +68,10 @@ impl ProgressRenderer {
                 self.say(crate::plan::describe_breakdown(&p.breakdown));
             }
             Event::Recovery(r) => self.say(describe_recovery(r)),
+            Event::Dataset(d) => {
+                self.say(describe_dataset(d));
+                self.skipped = d.skipped.clone();
+            }
             Event::Config(info) => {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
@@ -109,6 +117,7 @@ impl ProgressRenderer {
                 total_steps,
                 stopped_early,
                 elapsed_s,
+                host_peak_bytes,
             } => {
                 self.progress.finish_and_clear();
                 let memory = self.memory.message();
@@ -127,6 +136,12 @@ impl ProgressRenderer {
                 ));
                 if let Some(line) = &self.effective_batch {
                     self.say(line.clone());
+                }
+                if let Some(peak) = host_peak_bytes {
+                    self.say(format!("Host memory: peak resident {}", mib(*peak)));
+                }
+                if !self.skipped.is_empty() {
+                    self.say(describe_skipped(&self.skipped));
                 }
             }
         }
@@ -217,24 +232,85 @@ fn describe_run(info: &RunInfo) -> String {
     )
 }
 
+/// The AUC/pAUC table: one row per machine type and ID, each type's mean, the overall mean.
 pub fn describe_evaluation(report: &EvaluationReport) -> String {
-    let ids: Vec<String> = report
-        .per_machine
-        .iter()
-        .map(|m| format!("id {:02}: {:.3}", m.machine_id, m.auc))
-        .collect();
-    let pauc: Vec<String> = report
-        .per_machine
-        .iter()
-        .map(|m| format!("id {:02}: {:.3}", m.machine_id, m.pauc))
-        .collect();
-    format!(
-        "Anomaly AUC on the synthetic test split: {:.3} ({}; {} clips)\n\
-         pAUC (false-positive rate up to 0.1, McClish-standardised): {:.3} ({})",
-        report.auc,
-        ids.join(", "),
-        report.clips,
-        report.pauc,
-        pauc.join(", ")
-    )
+    let mut lines = vec![format!(
+        "Anomaly scores of {} test clips (pAUC: false-positive rate up to 0.1, McClish-standardised)",
+        report.clips
+    )];
+    lines.push(format!(
+        "{:<14} {:>4} {:>7} {:>7} {:>7} {:>9}",
+        "machine type", "id", "AUC", "pAUC", "normal", "anomalous"
+    ));
+    for t in &report.per_type {
+        for m in report
+            .per_machine
+            .iter()
+            .filter(|m| m.machine_type == t.machine_type)
+        {
+            lines.push(format!(
+                "{:<14} {:>4} {:>7.3} {:>7.3} {:>7} {:>9}",
+                m.machine_type,
+                format!("{:02}", m.machine_id),
+                m.auc,
+                m.pauc,
+                m.normal_clips,
+                m.anomalous_clips
+            ));
+        }
+        if report.per_type.len() > 1 || t.machine_ids > 1 {
+            lines.push(format!(
+                "{:<14} {:>4} {:>7.3} {:>7.3}",
+                t.machine_type, "mean", t.auc, t.pauc
+            ));
+        }
+    }
+    if report.per_machine.is_empty() {
+        lines.push("(no machine ID has both normal and anomalous labelled clips)".into());
+    } else {
+        lines.push(format!(
+            "{:<14} {:>4} {:>7.3} {:>7.3}",
+            "all", "mean", report.auc, report.pauc
+        ));
+    }
+    if !report.skipped.is_empty() {
+        lines.push(describe_skipped(&report.skipped));
+    }
+    lines.join("\n")
+}
+
+/// The files left out by --on-bad-file skip, each with its problem.
+pub fn describe_skipped(skipped: &[String]) -> String {
+    let mut lines = vec![format!("Skipped {} bad file(s):", skipped.len())];
+    lines.extend(skipped.iter().map(|s| format!("  {s}")));
+    lines.join("\n")
+}
+
+fn describe_dataset(d: &DatasetReport) -> String {
+    let how = if d.resident {
+        format!(
+            "kept in host memory once read (they fit in half of --host-memory {})",
+            mib(d.host_memory_bytes)
+        )
+    } else {
+        format!(
+            "streamed from disk every epoch (more than half of --host-memory {})",
+            mib(d.host_memory_bytes)
+        )
+    };
+    let mut line = format!(
+        "Dataset {} ({}): {} train, {} validation, {} test clips; spectrograms {how}",
+        d.source,
+        d.machine_types.join(", "),
+        d.train_clips,
+        d.validation_clips,
+        d.test_clips,
+    );
+    if !d.skipped.is_empty() {
+        line.push_str(&format!(
+            "; {} bad file(s) skipped (listed at the end)",
+            d.skipped.len()
+        ));
+    }
+    line
 }

@@ -89,10 +89,22 @@ fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
     if let Some(n) = args.empty_cache_every {
         c.empty_cache_every = n;
     }
-    let DatasetSource::Synthetic(data) = &mut c.dataset;
-    set(&mut data.train_per_id, args.train_clips_per_id);
-    if let Some(ids) = args.machine_ids {
-        data.machine_ids = ids;
+    match &args.data.data_root {
+        Some(root) => {
+            c.dataset = DatasetSource::Dcase {
+                root: root.clone(),
+                machine_type: args.data.machine_type.clone(),
+                features: args.data.features.settings(),
+            }
+        }
+        None => {
+            if let DatasetSource::Synthetic(data) = &mut c.dataset {
+                set(&mut data.train_per_id, args.train_clips_per_id);
+                if let Some(ids) = args.machine_ids {
+                    data.machine_ids = ids;
+                }
+            }
+        }
     }
     c
 }
@@ -126,9 +138,21 @@ fn out_dir(args: &TrainArgs) -> PathBuf {
 
 pub fn run(args: TrainArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
+    let features = &args.data.features;
+    anyhow::ensure!(
+        args.data.data_root.is_some()
+            || (features.n_mels.is_none() && features.sample_rate.is_none() && !features.resample),
+        "--n-mels, --sample-rate and --resample describe the recordings under --data-root; \
+         the synthetic dataset has its own"
+    );
+    anyhow::ensure!(
+        args.resume.is_none() || args.data.data_root.is_none(),
+        "--resume continues a run on the dataset it started with; --data-root cannot change it"
+    );
     let mut options = RunOptions {
         out_dir: Some(out_dir(&args)),
         stop_after: args.stop_after,
+        loader: args.loader.options()?,
         ..RunOptions::default()
     };
     let mut renderer = (!args.json).then(ProgressRenderer::new);
@@ -206,8 +230,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
     trainer.run(&mut emit)?;
     if !args.no_eval {
-        let report = trainer.evaluate();
-        emit(Event::Evaluation(report));
+        let evaluation = trainer.evaluate().context("cannot score the test split")?;
+        emit(Event::Evaluation(evaluation.report));
     }
     Ok(())
 }

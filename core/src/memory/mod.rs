@@ -23,6 +23,15 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// The process's peak resident memory (`VmHWM` from /proc, the figure Python's
+/// `ru_maxrss` gives on Linux); `None` where /proc does not exist.
+pub fn host_peak_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! What a training run is asked to do. Saved inside every checkpoint, so a resumed run
 //! continues the same run.
 
-use headroom_datasets::{PatchPlacement, PatchSpec, SyntheticConfig};
+use headroom_datasets::{FeatureSettings, PatchPlacement, PatchSpec, SyntheticConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, DeviceTarget, Target};
@@ -14,6 +14,24 @@ use crate::probe::Precision;
 pub enum DatasetSource {
     /// The built-in synthetic machine sounds, regenerated from their seed.
     Synthetic(SyntheticConfig),
+    /// Files in the DCASE 2020 Task 2 layout (`ROOT/<machine_type>/{train,test}/`).
+    Dcase {
+        root: std::path::PathBuf,
+        /// One machine type, or every type under the root.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine_type: Option<String>,
+        features: FeatureSettings,
+    },
+}
+
+impl DatasetSource {
+    /// How events and logs name the source.
+    pub fn describe(&self) -> String {
+        match self {
+            DatasetSource::Synthetic(_) => "synthetic".into(),
+            DatasetSource::Dcase { root, .. } => root.display().to_string(),
+        }
+    }
 }
 
 impl Default for DatasetSource {

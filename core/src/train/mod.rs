@@ -14,7 +14,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::{Device, Tensor, TensorData};
-use headroom_datasets::{Clip, PatchError, SyntheticDataset};
+use headroom_datasets::{FileError, PatchError};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -24,8 +24,11 @@ pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
 use crate::backend::{BackendError, Target};
 use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
 use crate::data::{Normalization, TrainStream, clip_patches};
-use crate::eval;
-use crate::events::{EvaluationReport, Event, EventSink, RecoveryReport, RunInfo, StepReport};
+use crate::dataset::{self, DataError, LoaderOptions, RunData};
+use crate::eval::{self, ClipScore, ScoreSettings};
+use crate::events::{
+    DatasetReport, EvaluationReport, Event, EventSink, RecoveryReport, RunInfo, StepReport,
+};
 use crate::memory::{Budget, MemoryMeter};
 use crate::model::VqAutoencoder;
 use crate::plan::{Plan, PlanError, Planning, PlanningError};
@@ -44,6 +47,10 @@ pub enum TrainError {
     Checkpoint(#[from] CheckpointError),
     #[error("the dataset does not fit the patch settings: {0}")]
     Patch(#[from] PatchError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error(
         "{} already holds a run (checkpoint at step {step}); continue it with --resume {0}, \
          or choose another --out",
@@ -90,35 +97,32 @@ pub struct RunOptions {
     /// Measured memory above this is out-of-memory: the run recovers by shrinking its
     /// micro-batch. Shared, so it can change while the run goes.
     pub budget: Option<Budget>,
+    /// How clips are read: workers, read-ahead, host memory, bad files, feature cache.
+    pub loader: LoaderOptions,
 }
 
-/// Clips of a run, split into train, validation and test.
+/// Scores of the test split: per clip, and AUC/pAUC per machine type and ID.
 #[derive(Debug, Clone)]
-pub struct Splits {
-    pub train: Vec<Clip>,
-    pub validation: Vec<Clip>,
-    pub test: Vec<Clip>,
+pub struct Evaluation {
+    pub report: EvaluationReport,
+    pub scores: Vec<ClipScore>,
 }
 
-impl Splits {
-    pub fn load(config: &TrainConfig) -> Self {
-        let DatasetSource::Synthetic(synthetic) = &config.dataset;
-        let dataset = SyntheticDataset::generate(synthetic);
-        let every = config.validation_every_nth_clip;
-        let (mut train, mut validation) = (Vec::new(), Vec::new());
-        for (i, clip) in dataset.train.into_iter().enumerate() {
-            if every > 0 && i % every == every - 1 {
-                validation.push(clip);
-            } else {
-                train.push(clip);
-            }
-        }
-        Self {
-            train,
-            validation,
-            test: dataset.test,
-        }
+/// Spectrograms the train stream may read ahead within the loader's host memory: each
+/// holds its patches and, while being cut, its spectrogram (unless resident already).
+fn read_ahead_cap(host_memory_bytes: u64, resident: bool, config: &TrainConfig) -> usize {
+    let patch_bytes = (headroom_datasets::PATCH_SIZE * headroom_datasets::PATCH_SIZE * 4) as u64;
+    let mut per_clip = config.n_patches as u64 * patch_bytes;
+    if !resident {
+        // A 10-second clip's log-mel at 64 mels (313 frames) plus its decoded audio.
+        per_clip += 64 * 313 * 4 + 160_000 * 4;
     }
+    let share = if resident {
+        host_memory_bytes / 2
+    } else {
+        host_memory_bytes
+    };
+    (share / per_clip.max(1)).max(1) as usize
 }
 
 /// Whether a periodic action with period `n` (0: never) falls on `step`.
@@ -131,7 +135,7 @@ fn every(step: u64, n: u64) -> bool {
 fn codebook_from_data(
     model: VqAutoencoder,
     device: &Device,
-    train: &[Clip],
+    data: &RunData,
     config: &TrainConfig,
     normalization: &Normalization,
 ) -> Result<VqAutoencoder, TrainError> {
@@ -141,11 +145,11 @@ fn codebook_from_data(
     let encoder = model.valid();
     let mut latents: Vec<f32> = Vec::new();
     // Each patch gives 8 x 8 latent positions; take clips until there are 4x as many as codes.
-    for clip in train {
+    for &clip in &data.train {
         if latents.len() >= 4 * codes * channels {
             break;
         }
-        let batch = clip_patches(clip, config.stride, normalization)?;
+        let batch = clip_patches(&*data.store.read(clip)?, config.stride, normalization)?;
         let z = encoder
             .encode(batch.to_tensor(&plain))
             .permute([0, 2, 3, 1]);
@@ -185,10 +189,9 @@ pub struct Trainer {
     step: u64,
     total_steps: u64,
     normalization: Normalization,
-    /// The train clips live in `stream`; these two are scored whole.
+    /// The train split, read ahead; `data` also holds validation and test, scored whole.
     stream: TrainStream,
-    validation: Vec<Clip>,
-    test: Vec<Clip>,
+    data: RunData,
     meter: MemoryMeter,
     plan: Option<Plan>,
     /// Planning events, emitted when the run starts.
@@ -276,8 +279,8 @@ impl Trainer {
                 step: state.step,
             });
         }
-        let splits = Splits::load(&config);
-        let normalization = Normalization::fit(&splits.train);
+        let mut data = dataset::open(&config, &options.loader)?;
+        let normalization = data.check(config.patch_spec())?;
         let mut config = config;
         let planned = plan_run(&mut config, &options)?;
         let device = config.target().training_device(config.checkpointing)?;
@@ -290,7 +293,7 @@ impl Trainer {
             step: 0,
             normalization,
         };
-        Self::assemble(config, options, start, splits, planned)
+        Self::assemble(config, options, start, data, planned)
     }
 
     /// Continues the run saved at `path`. `length` replaces the saved run length (to train
@@ -309,7 +312,10 @@ impl Trainer {
         if let Some(length) = length {
             config.length = length;
         }
-        let splits = Splits::load(&config);
+        let mut data = dataset::open(&config, &options.loader)?;
+        // The same check as at the start, so the same bad files are left out; the
+        // normalization stays the saved one.
+        data.check(config.patch_spec())?;
         // A resumed run may be planned again (another device, another budget).
         let planned = replan_resumed(&mut config, &options)?;
         let device = config.target().training_device(config.checkpointing)?;
@@ -321,14 +327,14 @@ impl Trainer {
             step: loaded.state.step,
             normalization: loaded.state.normalization,
         };
-        Self::assemble(config, options, start, splits, planned)
+        Self::assemble(config, options, start, data, planned)
     }
 
     fn assemble(
         config: TrainConfig,
         options: RunOptions,
         start: Start,
-        splits: Splits,
+        data: RunData,
         (plan, pending): (Option<Plan>, Vec<Event>),
     ) -> Result<Self, TrainError> {
         let Start {
@@ -338,20 +344,24 @@ impl Trainer {
             step,
             normalization,
         } = start;
-        if splits.train.is_empty() {
+        if data.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
-        for clip in splits.validation.iter().chain(&splits.test) {
-            config
-                .patch_spec()
-                .check(clip.spectrogram.n_mels, clip.spectrogram.frames)?;
-        }
-        let Splits {
-            train,
-            validation,
-            test,
-        } = splits;
-        let stream = TrainStream::new(train, config.patch_spec(), config.seed, normalization)?;
+        let loader = &options.loader;
+        let depth = (loader.prefetch.max(1) * config.micro_batch).min(read_ahead_cap(
+            loader.host_memory_bytes,
+            data.store.is_resident(),
+            &config,
+        ));
+        let stream = TrainStream::new(
+            data.store.clone(),
+            data.train.clone(),
+            config.patch_spec(),
+            config.seed,
+            normalization,
+            loader.workers,
+            depth,
+        );
         let total_steps = config.total_steps(stream.len());
         let mut config = config;
         config
@@ -368,8 +378,7 @@ impl Trainer {
             total_steps,
             normalization,
             stream,
-            validation,
-            test,
+            data,
             meter,
             plan,
             pending,
@@ -427,8 +436,8 @@ impl Trainer {
             lr: c.lr,
             seed: c.seed,
             train_clips: self.stream.len(),
-            validation_clips: self.validation.len(),
-            test_clips: self.test.len(),
+            validation_clips: self.data.validation.len(),
+            test_clips: self.data.test.len(),
             parameters: self.model.num_params(),
             memory_source: self.meter.source(),
             precision: c.precision.name().into(),
@@ -445,6 +454,7 @@ impl Trainer {
         for event in self.pending.drain(..) {
             sink.emit(event);
         }
+        sink.emit(Event::Dataset(self.dataset_report()));
         sink.emit(Event::Config(self.run_info()));
         let clips_per_step = self.config.clips_per_step() as u64;
         let mut stopped_early = false;
@@ -482,17 +492,17 @@ impl Trainer {
             if every(step, self.config.validate_every) && !last {
                 sink.emit(Event::Validation {
                     step,
-                    loss: self.validation_loss(),
+                    loss: self.validation_loss()?,
                 });
             }
             if every(step, self.config.checkpoint_every) && !last {
                 self.checkpoint(sink)?;
             }
         }
-        if !self.validation.is_empty() {
+        if !self.data.validation.is_empty() {
             sink.emit(Event::Validation {
                 step: self.step,
-                loss: self.validation_loss(),
+                loss: self.validation_loss()?,
             });
         }
         self.checkpoint(sink)?;
@@ -501,6 +511,7 @@ impl Trainer {
             total_steps: self.total_steps,
             stopped_early,
             elapsed_s: started.elapsed().as_secs_f64(),
+            host_peak_bytes: crate::memory::host_peak_bytes(),
         });
         Ok(())
     }
@@ -566,7 +577,7 @@ impl Trainer {
             self.model = codebook_from_data(
                 self.model.clone(),
                 &self.device,
-                self.stream.clips(),
+                &self.data,
                 &self.config,
                 &self.normalization,
             )?;
@@ -576,11 +587,16 @@ impl Trainer {
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
         let sizes = c.micro_batch_sizes();
-        let micro_batches = sizes.iter().scan(first, |position, &count| {
-            let batch = self.stream.batch(*position, count).to_tensor(&self.device);
-            *position += count as u64;
-            Some(batch)
-        });
+        // Read before the step's memory window: the host batches are the loader's, and a
+        // file that fails to read must not look like a failed step.
+        let mut batches = Vec::with_capacity(sizes.len());
+        let mut position = first;
+        for &count in &sizes {
+            batches.push(self.stream.batch(position, count)?);
+            position += count as u64;
+        }
+        let device = &self.device;
+        let micro_batches = batches.into_iter().map(|b| b.to_tensor(device));
         self.meter.reset_peak();
         let objective = if self.step < warmup {
             step::Objective::Autoencoder
@@ -638,13 +654,13 @@ impl Trainer {
     }
 
     /// Mean loss over the held-out clips, evaluated without autodiff.
-    pub fn validation_loss(&self) -> f64 {
+    pub fn validation_loss(&self) -> Result<f64, TrainError> {
         let model = self.model.valid();
         let device = self.device.clone().without_autodiff();
         let (mut sum, mut n) = (0.0, 0usize);
-        for clip in &self.validation {
-            let batch = clip_patches(clip, self.config.stride, &self.normalization)
-                .expect("validation clips were checked against the patch settings");
+        for &clip in &self.data.validation {
+            let spectrogram = self.data.store.read(clip)?;
+            let batch = clip_patches(&spectrogram, self.config.stride, &self.normalization)?;
             for part in batch.chunks(self.eval_chunk()) {
                 let patches = part.patches;
                 let x = part.to_tensor(&device);
@@ -654,20 +670,49 @@ impl Trainer {
                 n += patches;
             }
         }
-        sum / n.max(1) as f64
+        Ok(sum / n.max(1) as f64)
     }
 
-    /// Scores the test split (per-clip mean patch error) and its AUC per machine ID.
-    pub fn evaluate(&self) -> EvaluationReport {
+    /// Scores the test split (per-clip mean patch error) and its AUC and pAUC per machine
+    /// type and ID.
+    pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
         let device = self.device.clone().without_autodiff();
-        eval::evaluate(
+        let mut skipped = Vec::new();
+        let settings = ScoreSettings {
+            stride: self.config.eval_stride,
+            chunk: self.eval_chunk(),
+            workers: self.options.loader.workers,
+            on_bad_file: self.options.loader.on_bad_file,
+        };
+        let scores = eval::clip_scores(
             &self.model.valid(),
             &device,
-            &self.test,
-            self.config.eval_stride,
-            self.eval_chunk(),
+            &self.data.store,
+            &self.data.test,
             &self.normalization,
-        )
+            settings,
+            &mut skipped,
+        )?;
+        let mut report = eval::report(&scores);
+        report.skipped = skipped;
+        Ok(Evaluation { report, scores })
+    }
+
+    /// What the run reads, and how.
+    pub fn dataset_report(&self) -> DatasetReport {
+        let clips = self.data.store.clips();
+        let mut machine_types: Vec<String> = clips.iter().map(|c| c.machine_type.clone()).collect();
+        machine_types.dedup();
+        DatasetReport {
+            source: self.config.dataset.describe(),
+            machine_types,
+            train_clips: self.data.train.len(),
+            validation_clips: self.data.validation.len(),
+            test_clips: self.data.test.len(),
+            resident: self.data.store.is_resident(),
+            host_memory_bytes: self.options.loader.host_memory_bytes,
+            skipped: self.data.skipped.clone(),
+        }
     }
 
     fn checkpoint(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
@@ -693,4 +738,47 @@ impl Trainer {
         });
         Ok(())
     }
+}
+
+/// Scores the test split of `source` (or of the run's own dataset) with the model saved at
+/// `path`, as `trainer-cli eval` does. Features are read with the run's settings, so a
+/// model is scored on what it was trained on.
+pub fn evaluate_checkpoint(
+    path: &std::path::Path,
+    source: Option<DatasetSource>,
+    target: Option<Target>,
+    loader: LoaderOptions,
+) -> Result<Evaluation, TrainError> {
+    let state = checkpoint::read_state(path)?;
+    let mut config = state.config;
+    if let Some(target) = target {
+        config.backend = target.backend;
+        config.device = target.device;
+    }
+    if let Some(source) = source {
+        config.dataset = source;
+    }
+    let device = config.target().training_device(false)?;
+    let loaded = checkpoint::load(path, &device)?;
+    let data = dataset::open(&config, &loader)?;
+    let plain = device.without_autodiff();
+    let settings = ScoreSettings {
+        stride: config.eval_stride,
+        chunk: (config.micro_batch * config.n_patches).max(1),
+        workers: loader.workers,
+        on_bad_file: loader.on_bad_file,
+    };
+    let mut skipped = data.skipped.clone();
+    let scores = eval::clip_scores(
+        &loaded.model.valid(),
+        &plain,
+        &data.store,
+        &data.test,
+        &loaded.state.normalization,
+        settings,
+        &mut skipped,
+    )?;
+    let mut report = eval::report(&scores);
+    report.skipped = skipped;
+    Ok(Evaluation { report, scores })
 }
