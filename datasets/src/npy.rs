@@ -83,8 +83,9 @@ pub fn decode_npy(bytes: &[u8], n_mels: usize) -> Result<Spectrogram, FileProble
 
 /// The element count a header's `'shape'` declares: `None` inside when it overflows u64,
 /// `None` outside when the shape cannot be found (npyz then reports the header). npyz 0.9
-/// multiplies the shape without overflow checks (a panic in debug builds, found by the
-/// fuzz target `npy`), so an absurd shape is stopped here first.
+/// multiplies the shape without overflow checks (a panic in debug builds and a wrapped
+/// count in release ones, found by this module's shape tests), so an absurd shape is
+/// stopped here first.
 fn declared_elements(bytes: &[u8]) -> Option<Option<u64>> {
     let header = bytes.get(..bytes.len().min(65_536 + 12))?;
     let text = String::from_utf8_lossy(header);

@@ -587,16 +587,24 @@ impl Trainer {
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
         let sizes = c.micro_batch_sizes();
-        // Read before the step's memory window: the host batches are the loader's, and a
-        // file that fails to read must not look like a failed step.
-        let mut batches = Vec::with_capacity(sizes.len());
-        let mut position = first;
-        for &count in &sizes {
-            batches.push(self.stream.batch(position, count)?);
-            position += count as u64;
-        }
+        // One micro-batch at a time, as the plan measured. A file that fails to read ends
+        // the micro-batches early; the step then refuses to update (Incomplete), and the
+        // file's error is what the run reports.
+        let mut read_error = None;
+        let stream = &mut self.stream;
         let device = &self.device;
-        let micro_batches = batches.into_iter().map(|b| b.to_tensor(device));
+        let micro_batches = sizes.iter().scan(first, |position, &count| {
+            match stream.batch(*position, count) {
+                Ok(batch) => {
+                    *position += count as u64;
+                    Some(batch.to_tensor(device))
+                }
+                Err(error) => {
+                    read_error = Some(error);
+                    None
+                }
+            }
+        });
         self.meter.reset_peak();
         let objective = if self.step < warmup {
             step::Objective::Autoencoder
@@ -611,13 +619,17 @@ impl Trainer {
             precision: c.precision,
         };
         let model = self.model.clone();
-        let (model, outcome) = step::optimizer_step(
+        let stepped = step::optimizer_step(
             model,
             &mut self.optimizer,
             micro_batches,
             settings,
             &mut self.meter,
-        )?;
+        );
+        if let Some(error) = read_error {
+            return Err(error.into());
+        }
+        let (model, outcome) = stepped?;
         if !outcome.loss.is_finite() {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,

@@ -19,6 +19,10 @@ pub enum StepError {
     /// The device reported an error (cubecl's `Err` from `sync`), e.g. out of memory.
     #[error("the device failed during the step: {0}")]
     Device(String),
+    /// Fewer patches arrived than the step is made of (the data ran dry); the optimizer
+    /// was not stepped.
+    #[error("the step received {seen} of its {expected} patches")]
+    Incomplete { seen: usize, expected: usize },
 }
 
 impl StepError {
@@ -26,6 +30,7 @@ impl StepError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             StepError::OverBudget(_) => true,
+            StepError::Incomplete { .. } => false,
             StepError::Device(reason) => {
                 let r = reason.to_ascii_lowercase();
                 !r.contains("poisoned")
@@ -118,13 +123,22 @@ pub fn accumulate_gradients(
 ) -> Result<(GradientsParams, f64, f64), StepError> {
     let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
+    let mut seen = 0;
     for patches in micro_batches {
+        seen += patches.dims()[0];
         let (grads, l, r) =
             micro_batch_gradients(model, patches, step_patches, objective, precision, meter)?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
         reconstruction += r;
+    }
+    // A partial step would be a different step: losses are weighted by the whole step.
+    if seen != step_patches {
+        return Err(StepError::Incomplete {
+            seen,
+            expected: step_patches,
+        });
     }
     Ok((accumulator.grads(), loss, reconstruction))
 }
@@ -332,6 +346,26 @@ mod tests {
 
     /// Mixed precision (f16 and bf16 compute, f32 parameters) gives nearly the gradient of
     /// f32, once the loss scale is undone.
+    #[test]
+    fn a_step_short_of_its_patches_is_refused() {
+        let (model, x, mut meter) = setup();
+        let short = accumulate_gradients(
+            &model,
+            [x],
+            16,
+            Objective::VectorQuantized,
+            Precision::F32,
+            &mut meter,
+        );
+        assert!(matches!(
+            short,
+            Err(StepError::Incomplete {
+                seen: 8,
+                expected: 16
+            })
+        ));
+    }
+
     #[test]
     fn half_precision_gradients_follow_the_f32_ones() {
         let (model, x, mut meter) = setup();
