@@ -20,6 +20,7 @@ pub fn read_npy(path: &Path, n_mels: usize) -> Result<Spectrogram, FileError> {
 /// bytes that follow it before anything is allocated.
 pub fn decode_npy(bytes: &[u8], n_mels: usize) -> Result<Spectrogram, FileProblem> {
     let bad = |e: std::io::Error| FileProblem::Npy(e.to_string());
+    check_header_length(bytes)?;
     if let Some(elements) = declared_elements(bytes)
         && elements.is_none_or(|n| n.saturating_mul(2) > bytes.len() as u64)
     {
@@ -79,6 +80,25 @@ pub fn decode_npy(bytes: &[u8], n_mels: usize) -> Result<Spectrogram, FileProble
         frames,
         data,
     })
+}
+
+/// npyz 0.9 allocates the header's declared length before reading it; a version-2/3 header
+/// declares it in 4 bytes, so a corrupt one asked for 632 MiB from a 160-byte file (found
+/// by `fuzz/run`, kept in `datasets/tests/fuzz_regressions/npy/`).
+fn check_header_length(bytes: &[u8]) -> Result<(), FileProblem> {
+    let (start, declared) = match (bytes.get(6), bytes.get(8..12)) {
+        (Some(1), Some(b)) => (10, u64::from(u16::from_le_bytes([b[0], b[1]]))),
+        (Some(2 | 3), Some(b)) => (12, u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        // Too short or an unknown version: npyz says what is wrong.
+        _ => return Ok(()),
+    };
+    let held = (bytes.len() as u64).saturating_sub(start);
+    if declared > held {
+        return Err(FileProblem::Npy(format!(
+            "its header declares {declared} bytes but the file holds {held} after the preamble"
+        )));
+    }
+    Ok(())
 }
 
 /// The element count a header's `'shape'` declares: `None` inside when it overflows u64,

@@ -1,10 +1,60 @@
 //! Inputs that once crashed a decoder under `fuzz/run`, kept so they never do again; and
 //! every truncation of a valid file, the commonest corruption there is.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use headroom_datasets::audio::decode_wav;
 use headroom_datasets::npy::decode_npy;
+
+/// Counts live bytes and their high-water mark, so a test can see what a decode asked for.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The two tests measure one at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+            PEAK.fetch_max(live, Ordering::SeqCst);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `decode` on `input` and checks it failed without asking for more memory than a
+/// file of that size could ever need (the decoded floats are at most 8x its bytes).
+fn assert_rejected_within_bounds<T, E>(
+    name: &str,
+    input: &[u8],
+    decode: impl Fn(&[u8]) -> Result<T, E>,
+) {
+    let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    let result = decode(input);
+    let asked = PEAK.load(Ordering::SeqCst) - before;
+    assert!(result.is_err(), "{name}: a crashing input decoded");
+    let bound = 16 * input.len() + (1 << 20);
+    assert!(
+        asked <= bound,
+        "{name}: {asked} bytes allocated for {} input bytes",
+        input.len()
+    );
+}
 
 fn cases(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,9 +78,9 @@ fn prefixes(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 #[test]
 fn wav_inputs_that_crashed_once_and_truncations_are_errors_not_panics() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for (name, bytes) in cases("wav") {
-        let _ = std::hint::black_box(decode_wav(&bytes));
-        eprintln!("{name}: no panic");
+        assert_rejected_within_bounds(&name, &bytes, decode_wav);
     }
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/logmel_signal.wav");
     let whole = std::fs::read(fixture).unwrap();
@@ -50,9 +100,11 @@ fn wav_inputs_that_crashed_once_and_truncations_are_errors_not_panics() {
 
 #[test]
 fn npy_inputs_that_crashed_once_and_truncations_are_errors_not_panics() {
-    for (name, bytes) in cases("npy") {
-        let _ = std::hint::black_box(decode_npy(&bytes, 64));
-        eprintln!("{name}: no panic");
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let cases = cases("npy");
+    assert!(!cases.is_empty(), "the fuzzers' npy finding is committed");
+    for (name, bytes) in cases {
+        assert_rejected_within_bounds(&name, &bytes, |b| decode_npy(b, 64));
     }
     let spectrogram = headroom_datasets::Spectrogram {
         n_mels: 4,
