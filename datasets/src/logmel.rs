@@ -240,6 +240,9 @@ mod librosa_fixture {
                 "{compared} of {}",
                 expected.len()
             );
+            eprintln!(
+                "n_mels {n_mels}: {compared} values compared, worst difference {worst:.2e} dB"
+            );
             assert!(
                 worst <= 1e-3,
                 "n_mels {n_mels}: worst difference {worst} dB"

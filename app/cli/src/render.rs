@@ -216,16 +216,13 @@ pub fn effective_batch_words(
 fn describe_run(info: &RunInfo) -> String {
     format!(
         "Backend {} ({}), {} parameters, {}, checkpointing {}\n{}\n\
-         Data: {} train, {} validation, {} test clips; {} steps per epoch; {} steps from step {}",
+         {} steps per epoch; {} steps from step {}",
         info.backend,
         info.device,
         info.parameters,
         info.precision,
         if info.checkpointing { "on" } else { "off" },
         effective_batch(info),
-        info.train_clips,
-        info.validation_clips,
-        info.test_clips,
         info.steps_per_epoch,
         info.total_steps,
         info.start_step,
