@@ -73,25 +73,8 @@ pub fn resolve(
             &probed
         }
     };
-    let name = if backend.is_host() {
-        "RAM"
-    } else {
-        &device.name
-    };
-    let (bytes, what) = match (device.free_memory.bytes, device.total_memory.bytes) {
-        (Some(free), _) => (free, "free"),
-        (None, Some(total)) => (total, "total (free unknown)"),
-        (None, None) => bail!(
-            "the free memory of {} is unknown ({}); give --memory-budget",
-            device.name,
-            device.free_memory.source
-        ),
-    };
-    Ok(Resolved {
-        bytes: (bytes as f64 * f) as u64,
-        source: format!(
-            "{name} {what} {} x {f}",
-            headroom_core::memory::human(bytes)
-        ),
-    })
+    let (bytes, source) = device
+        .budget(f)
+        .map_err(|why| anyhow::anyhow!("{why}; give --memory-budget"))?;
+    Ok(Resolved { bytes, source })
 }

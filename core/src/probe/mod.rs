@@ -167,6 +167,32 @@ pub struct DeviceReport {
     pub notes: Vec<String>,
 }
 
+impl DeviceReport {
+    /// A training budget on this device: `fraction` of its free memory (of its total when
+    /// free is unknown), with the words that say where it came from; `Err` says why none.
+    pub fn budget(&self, fraction: f64) -> Result<(u64, String), String> {
+        let name = if self.backend.is_host() {
+            "RAM"
+        } else {
+            &self.name
+        };
+        let (bytes, what) = match (self.free_memory.bytes, self.total_memory.bytes) {
+            (Some(free), _) => (free, "free"),
+            (None, Some(total)) => (total, "total (free unknown)"),
+            (None, None) => {
+                return Err(format!(
+                    "the free memory of {} is unknown ({})",
+                    self.name, self.free_memory.source
+                ));
+            }
+        };
+        Ok((
+            (bytes as f64 * fraction) as u64,
+            format!("{name} {what} {} x {fraction}", crate::memory::human(bytes)),
+        ))
+    }
+}
+
 /// Everything the probe found, and what it could not look at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct MachineReport {

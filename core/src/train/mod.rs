@@ -91,6 +91,9 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// Set from another thread to stop at the next step boundary, with a checkpoint.
     pub stop: Option<Arc<AtomicBool>>,
+    /// While set from another thread, the run waits at the next step boundary (a GUI's
+    /// pause); a stop still ends it.
+    pub pause: Option<Arc<AtomicBool>>,
     /// Plan micro-batch, patches, accumulation and checkpointing before training (the
     /// config's values for those are replaced, its effective batch is not).
     pub planning: Option<Planning>,
@@ -562,6 +565,12 @@ impl Trainer {
     }
 
     fn should_stop(&self) -> bool {
+        let set = |flag: &Option<Arc<AtomicBool>>| {
+            flag.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
+        };
+        while set(&self.options.pause) && !set(&self.options.stop) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         self.options.stop_after.is_some_and(|n| self.step >= n)
             || self
                 .options
