@@ -161,6 +161,29 @@ pub fn report(scores: &[ClipScore]) -> EvaluationReport {
     }
 }
 
+/// One row per machine type and ID, each type's mean (`id` = `mean`), then the overall mean.
+pub fn results_csv(report: &EvaluationReport) -> String {
+    let mut csv = String::from("machine_type,id,auc,pauc,normal_clips,anomalous_clips\n");
+    for t in &report.per_type {
+        for m in report
+            .per_machine
+            .iter()
+            .filter(|m| m.machine_type == t.machine_type)
+        {
+            csv.push_str(&format!(
+                "{},{:02},{},{},{},{}\n",
+                m.machine_type, m.machine_id, m.auc, m.pauc, m.normal_clips, m.anomalous_clips
+            ));
+        }
+        csv.push_str(&format!("{},mean,{},{},,\n", t.machine_type, t.auc, t.pauc));
+    }
+    // Unlabelled clips only (an evaluation set): scores, but no AUC to average.
+    if !report.per_machine.is_empty() {
+        csv.push_str(&format!("all,mean,{},{},,\n", report.auc, report.pauc));
+    }
+    csv
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

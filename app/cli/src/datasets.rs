@@ -4,7 +4,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use headroom_core::eval::ClipScore;
-use headroom_core::events::EvaluationReport;
 use headroom_core::train::{DatasetSource, Evaluation, evaluate_checkpoint};
 use headroom_datasets::audio::{Audio, write_wav};
 use headroom_datasets::npy::write_npy;
@@ -145,7 +144,7 @@ fn write_results(out: &Path, evaluation: &Evaluation) -> Result<()> {
     }
     write_file(
         &out.join("results.csv"),
-        results_csv(&evaluation.report).as_bytes(),
+        headroom_core::eval::results_csv(&evaluation.report).as_bytes(),
     )?;
     let json = serde_json::to_string_pretty(&evaluation.report)?;
     write_file(&out.join("results.json"), json.as_bytes())
@@ -154,24 +153,4 @@ fn write_results(out: &Path, evaluation: &Evaluation) -> Result<()> {
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     headroom_datasets::error::write_atomically(path, |w| std::io::Write::write_all(w, bytes))
         .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// One row per machine type and ID, each type's mean (`id` = `mean`), then the overall mean.
-pub fn results_csv(report: &EvaluationReport) -> String {
-    let mut csv = String::from("machine_type,id,auc,pauc,normal_clips,anomalous_clips\n");
-    for t in &report.per_type {
-        for m in report
-            .per_machine
-            .iter()
-            .filter(|m| m.machine_type == t.machine_type)
-        {
-            csv.push_str(&format!(
-                "{},{:02},{},{},{},{}\n",
-                m.machine_type, m.machine_id, m.auc, m.pauc, m.normal_clips, m.anomalous_clips
-            ));
-        }
-        csv.push_str(&format!("{},mean,{},{},,\n", t.machine_type, t.auc, t.pauc));
-    }
-    csv.push_str(&format!("all,mean,{},{},,\n", report.auc, report.pauc));
-    csv
 }

@@ -1,0 +1,152 @@
+//! Work that must not block the UI, each on its own thread: probing the machine, reading a
+//! dataset's index and checking its files, calibrating the planner, training. Results come
+//! back as [`Message`]s on one channel; the UI thread drains it every frame.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::Sender;
+
+use eframe::egui;
+use headroom_core::events::Event;
+use headroom_core::model::VqAutoencoderConfig;
+use headroom_core::plan::Calibration;
+use headroom_core::probe::{self, MachineReport, choose, gpus::ProbeSettings, isolate::ChildProbe};
+use headroom_core::train::Evaluation;
+use headroom_core::{RunOptions, Target, TrainConfig, Trainer};
+use headroom_datasets::dcase;
+use headroom_datasets::{ClipReader, FeatureSettings, Prefetch, SyntheticConfig, SyntheticDataset};
+
+use crate::dataset::DatasetSummary;
+
+/// The hidden argument that makes this binary probe GPUs and print JSON (the child side of
+/// a probe; a driver fault then ends the child, not the app).
+pub const CHILD_COMMAND: &str = "__probe-gpus";
+
+pub enum Message {
+    Probed(Box<(MachineReport, choose::Choice)>),
+    Scanned(Result<DatasetSummary, String>),
+    /// Files the check pass could not read, as it finds them; then `FilesChecked`.
+    BadFile(String),
+    FilesChecked {
+        checked: usize,
+    },
+    Calibrated(Target, Result<Calibration, String>),
+    Event(Event),
+    Evaluated(Box<Evaluation>),
+    TrainingEnded(Result<(), String>),
+}
+
+/// Sends messages and wakes the UI for each.
+#[derive(Clone)]
+pub struct Outbox {
+    sender: Sender<Message>,
+    ctx: egui::Context,
+}
+
+impl Outbox {
+    pub fn new(sender: Sender<Message>, ctx: egui::Context) -> Self {
+        Self { sender, ctx }
+    }
+
+    pub fn send(&self, message: Message) {
+        // The app closed: nobody is left to tell.
+        let _ = self.sender.send(message);
+        self.ctx.request_repaint();
+    }
+}
+
+pub fn probe(outbox: Outbox) {
+    std::thread::spawn(move || {
+        let child = std::env::current_exe().ok().map(|program| ChildProbe {
+            program,
+            args: vec![CHILD_COMMAND.to_string()],
+            timeout: std::time::Duration::from_secs(20),
+        });
+        let settings = ProbeSettings {
+            allocation_cap: None,
+            software_adapters: false,
+        };
+        let report = probe::probe_machine(child.as_ref(), settings);
+        let choice = choose::choose(&report);
+        outbox.send(Message::Probed(Box::new((report, choice))));
+    });
+}
+
+/// The child side of [`probe`]: runs in a process of its own, prints the GPU report.
+pub fn probe_child() {
+    let report = probe::gpus::probe_here(ProbeSettings {
+        allocation_cap: None,
+        software_adapters: false,
+    });
+    match serde_json::to_string(&report) {
+        Ok(json) => println!("{json}"),
+        Err(e) => eprintln!("cannot serialise the GPU report: {e}"),
+    }
+}
+
+/// Reads a folder's index at once, then reads every clip on worker threads and reports the
+/// ones that fail, so problems show up while the user looks at the summary.
+pub fn scan(outbox: Outbox, root: PathBuf, features: FeatureSettings) {
+    std::thread::spawn(move || {
+        let index = match dcase::scan(&root, None) {
+            Ok(index) => index,
+            Err(e) => return outbox.send(Message::Scanned(Err(e.to_string()))),
+        };
+        let summary = DatasetSummary::from_index(&index);
+        outbox.send(Message::Scanned(Ok(summary)));
+        let reader = Arc::new(ClipReader::new(features));
+        let clips = index.clips;
+        let count = clips.len();
+        let results = Prefetch::new(clips.into_iter(), 2, 8, move |clip| {
+            reader.read(&clip).err().map(|e| e.to_string())
+        });
+        for problem in results.flatten() {
+            outbox.send(Message::BadFile(problem));
+        }
+        outbox.send(Message::FilesChecked { checked: count });
+    });
+}
+
+/// The built-in dataset's summary (it has no files to check).
+pub fn synthetic_summary(config: &SyntheticConfig) -> DatasetSummary {
+    DatasetSummary::from_clips(
+        "built-in synthetic machine sounds".into(),
+        None,
+        &SyntheticDataset::index(config),
+    )
+}
+
+pub fn calibrate(outbox: Outbox, target: Target) {
+    std::thread::spawn(move || {
+        let result = headroom_core::plan::calibrate(target, &VqAutoencoderConfig::default())
+            .map_err(|e| e.to_string());
+        outbox.send(Message::Calibrated(target, result));
+    });
+}
+
+/// Flags the UI holds to steer a run.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    pub stop: Arc<AtomicBool>,
+    pub pause: Arc<AtomicBool>,
+}
+
+/// Trains, then scores the test split, on a thread of its own.
+pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, control: RunControl) {
+    options.stop = Some(control.stop);
+    options.pause = Some(control.pause);
+    std::thread::spawn(move || {
+        let result = (|| -> Result<(), String> {
+            let mut trainer = Trainer::new(config, options).map_err(|e| e.to_string())?;
+            let events = outbox.clone();
+            let mut sink = move |event: Event| events.send(Message::Event(event));
+            trainer.run(&mut sink).map_err(|e| e.to_string())?;
+            let evaluation = trainer.evaluate().map_err(|e| e.to_string())?;
+            outbox.send(Message::Event(Event::Evaluation(evaluation.report.clone())));
+            outbox.send(Message::Evaluated(Box::new(evaluation)));
+            Ok(())
+        })();
+        outbox.send(Message::TrainingEnded(result));
+    });
+}

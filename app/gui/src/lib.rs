@@ -1,0 +1,11 @@
+//! trainer-gui: Headroom's desktop app, a thin eframe layer over headroom-core's API and
+//! event stream. Panels draw; [`session`] folds events into what they draw; [`jobs`] runs
+//! everything slow on background threads.
+
+pub mod app;
+pub mod dataset;
+pub mod jobs;
+pub mod memory_bar;
+pub mod session;
+
+pub use app::{HeadroomApp, Settings};

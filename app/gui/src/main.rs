@@ -1,0 +1,84 @@
+//! `trainer-gui`: opens the app window; without a display, says to use trainer-cli.
+
+use headroom_core::memory::alloc::CountingAllocator;
+use trainer_gui::{HeadroomApp, Settings, jobs};
+
+// Host-memory figures on CPU backends come from counting every allocation.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+fn has_display() -> bool {
+    if cfg!(any(target_os = "windows", target_os = "macos")) {
+        return true;
+    }
+    ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
+}
+
+const USAGE: &str = "usage: trainer-gui [--data-root DIR] [--steps N] [--runs DIR] [--start]";
+
+/// The few flags the app takes: what to open, how long to train, and whether to start.
+fn settings_from_args() -> anyhow::Result<Settings> {
+    let mut settings = Settings::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| anyhow::anyhow!("{name} needs a value; {USAGE}"))
+        };
+        match arg.as_str() {
+            "--start" => settings.autostart = true,
+            "--data-root" => settings.data_root = Some(value("--data-root")?.into()),
+            "--runs" => settings.runs_dir = value("--runs")?.into(),
+            "--steps" => {
+                let text = value("--steps")?;
+                settings.steps = text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow::anyhow!("--steps takes a positive number (got {text:?})")
+                })?;
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => anyhow::bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    Ok(settings)
+}
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(jobs::CHILD_COMMAND) {
+        jobs::probe_child();
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wgpu_hal=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if !has_display() {
+        eprintln!(
+            "trainer-gui needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set).\n\
+             Train from a terminal instead: trainer-cli train --backend auto\n\
+             (cargo run --release -p trainer-cli -- train --backend auto)"
+        );
+        std::process::exit(2);
+    }
+    let settings = settings_from_args()?;
+    let options = eframe::NativeOptions {
+        viewport: eframe::egui::ViewportBuilder::default()
+            .with_title("Headroom")
+            .with_inner_size([1280.0, 860.0])
+            .with_drag_and_drop(true),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "Headroom",
+        options,
+        Box::new(|cc| Ok(Box::new(HeadroomApp::new(&cc.egui_ctx, settings)))),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
+}

@@ -1,0 +1,285 @@
+//! What the app shows about a run, folded from core's events: no egui here, so it is tested
+//! like any other code and the panels only draw it.
+
+use std::time::Instant;
+
+use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, RunInfo};
+
+/// One memory reading of a step, for the bars and their history.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemorySample {
+    pub step: u64,
+    pub allocated: u64,
+    pub peak: u64,
+    pub reserved: Option<u64>,
+    pub budget: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Idle,
+    Preparing,
+    Training,
+    Paused,
+    Stopping,
+    Finished,
+    Failed,
+}
+
+/// A run as the app sees it.
+#[derive(Debug)]
+pub struct Session {
+    pub state: RunState,
+    pub info: Option<RunInfo>,
+    pub dataset: Option<DatasetReport>,
+    pub plan: Option<PlanReport>,
+    pub budget: Option<u64>,
+    /// (step, loss) of every step.
+    pub loss: Vec<[f64; 2]>,
+    pub throughput: Vec<[f64; 2]>,
+    pub validation: Vec<[f64; 2]>,
+    pub memory: Vec<MemorySample>,
+    /// Steps redone after running out of memory: (step, from micro-batch, to micro-batch).
+    pub recoveries: Vec<(u64, usize, usize)>,
+    pub evaluation: Option<EvaluationReport>,
+    pub checkpoints: Vec<String>,
+    /// Everything that happened, in words, newest last.
+    pub log: Vec<String>,
+    pub error: Option<String>,
+    started: Option<Instant>,
+    /// When the first step after warm-up ended, and which step that was: the ETA's origin.
+    eta_origin: Option<(Instant, u64)>,
+}
+
+/// Steps before the ETA is trusted: the first ones include set-up and compilation.
+const ETA_WARMUP_STEPS: u64 = 3;
+
+impl Default for Session {
+    fn default() -> Self {
+        Self {
+            state: RunState::Idle,
+            info: None,
+            dataset: None,
+            plan: None,
+            budget: None,
+            loss: Vec::new(),
+            throughput: Vec::new(),
+            validation: Vec::new(),
+            memory: Vec::new(),
+            recoveries: Vec::new(),
+            evaluation: None,
+            checkpoints: Vec::new(),
+            log: Vec::new(),
+            error: None,
+            started: None,
+            eta_origin: None,
+        }
+    }
+}
+
+impl Session {
+    /// A session for a run about to start.
+    pub fn starting() -> Self {
+        Self {
+            state: RunState::Preparing,
+            started: Some(Instant::now()),
+            ..Self::default()
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        matches!(
+            self.state,
+            RunState::Preparing | RunState::Training | RunState::Paused | RunState::Stopping
+        )
+    }
+
+    pub fn step(&self) -> u64 {
+        self.loss.last().map_or(0, |l| l[0] as u64)
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.info.as_ref().map_or(0, |i| i.total_steps)
+    }
+
+    pub fn latest_memory(&self) -> Option<&MemorySample> {
+        self.memory.last()
+    }
+
+    /// Seconds left, once a few steps have set the pace.
+    pub fn eta_seconds(&self) -> Option<f64> {
+        let (origin, from_step) = self.eta_origin?;
+        let done = self.step().checked_sub(from_step).filter(|&d| d > 0)?;
+        let per_step = origin.elapsed().as_secs_f64() / done as f64;
+        Some(per_step * self.total_steps().saturating_sub(self.step()) as f64)
+    }
+
+    pub fn fail(&mut self, error: String) {
+        self.log.push(format!("error: {error}"));
+        self.error = Some(error);
+        self.state = RunState::Failed;
+    }
+
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::BackendChoice { reason, .. } => self.log.push(reason.clone()),
+            Event::Budget { bytes, source } => {
+                self.budget = Some(*bytes);
+                self.log
+                    .push(format!("memory budget {} ({source})", human(*bytes)));
+            }
+            Event::DryRun(d) => self.log.push(format!(
+                "dry-run {}: micro-batch {} x {} patches measured {} of {} - {}",
+                d.attempt,
+                d.micro_batch,
+                d.n_patches,
+                human(d.measured_peak_bytes),
+                human(d.budget_bytes),
+                if d.fits { "fits" } else { "over, re-planning" }
+            )),
+            Event::Plan(p) => {
+                self.log.push(format!("plan: {}", p.plan.reason));
+                self.plan = Some(p.clone());
+            }
+            Event::Dataset(d) => {
+                self.log.push(format!(
+                    "dataset {}: {} train, {} validation, {} test clips",
+                    d.source, d.train_clips, d.validation_clips, d.test_clips
+                ));
+                self.dataset = Some(d.clone());
+            }
+            Event::Config(info) => {
+                self.state = RunState::Training;
+                self.log.push(format!(
+                    "training on {} ({}): {} steps, effective batch {} patches",
+                    info.backend, info.device, info.total_steps, info.effective_batch
+                ));
+                self.info = Some(info.clone());
+            }
+            Event::Recovery(r) => {
+                self.recoveries
+                    .push((r.step, r.from_micro_batch, r.to_micro_batch));
+                self.log.push(format!(
+                    "out of memory at step {}: micro-batch {} -> {}, step redone",
+                    r.step, r.from_micro_batch, r.to_micro_batch
+                ));
+            }
+            Event::Step(s) => {
+                let step = s.step as f64;
+                self.loss.push([step, s.loss]);
+                self.throughput.push([step, s.patches_per_s]);
+                self.memory.push(MemorySample {
+                    step: s.step,
+                    allocated: s.mem_allocated_bytes,
+                    peak: s.mem_peak_bytes,
+                    reserved: s.mem_reserved_bytes,
+                    budget: s.mem_budget_bytes,
+                });
+                let first = self.info.as_ref().map_or(0, |i| i.start_step);
+                if self.eta_origin.is_none() && s.step >= first + ETA_WARMUP_STEPS {
+                    self.eta_origin = Some((Instant::now(), s.step));
+                }
+            }
+            Event::Epoch { epoch, step } => {
+                self.log.push(format!("epoch {epoch} done at step {step}"))
+            }
+            Event::Validation { step, loss } => {
+                self.validation.push([*step as f64, *loss]);
+                self.log
+                    .push(format!("validation at step {step}: loss {loss:.4}"));
+            }
+            Event::Checkpoint { step, path } => {
+                self.checkpoints.push(path.clone());
+                self.log.push(format!("checkpoint at step {step}: {path}"));
+            }
+            Event::MemoryCleanup { .. } => {}
+            Event::Evaluation(report) => {
+                self.log.push(format!(
+                    "evaluation: AUC {:.3}, pAUC {:.3} over {} clips",
+                    report.auc, report.pauc, report.clips
+                ));
+                self.evaluation = Some(report.clone());
+            }
+            Event::Finished {
+                step,
+                stopped_early,
+                elapsed_s,
+                ..
+            } => {
+                self.state = RunState::Finished;
+                let how = if *stopped_early {
+                    "stopped"
+                } else {
+                    "finished"
+                };
+                self.log
+                    .push(format!("training {how} at step {step} in {elapsed_s:.1} s"));
+            }
+        }
+    }
+
+    /// Seconds since the run was started.
+    pub fn elapsed_seconds(&self) -> f64 {
+        self.started.map_or(0.0, |s| s.elapsed().as_secs_f64())
+    }
+}
+
+pub fn human(bytes: u64) -> String {
+    headroom_core::memory::human(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::events::StepReport;
+
+    fn step(step: u64, loss: f64) -> Event {
+        Event::Step(StepReport {
+            step,
+            total_steps: 10,
+            epoch: 0,
+            loss,
+            reconstruction_loss: loss,
+            lr: 1e-3,
+            grad_norm: 1.0,
+            patches_per_s: 50.0,
+            step_ms: 100.0,
+            micro_batch: 4,
+            accumulation: 1,
+            mem_allocated_bytes: 10 << 20,
+            mem_peak_bytes: 60 << 20,
+            mem_reserved_bytes: None,
+            mem_budget_bytes: Some(1 << 30),
+        })
+    }
+
+    #[test]
+    fn steps_fill_the_curves_and_the_memory_history() {
+        let mut session = Session::starting();
+        session.apply(&step(1, 0.9));
+        session.apply(&step(2, 0.7));
+        assert_eq!(session.loss, vec![[1.0, 0.9], [2.0, 0.7]]);
+        assert_eq!(session.step(), 2);
+        let latest = session.latest_memory().unwrap();
+        assert_eq!((latest.allocated, latest.peak), (10 << 20, 60 << 20));
+        assert_eq!(latest.budget, Some(1 << 30));
+    }
+
+    #[test]
+    fn a_recovery_is_kept_for_the_timeline_and_the_log() {
+        let mut session = Session::starting();
+        session.apply(&Event::Recovery(headroom_core::events::RecoveryReport {
+            step: 3,
+            error: "over budget".into(),
+            from_micro_batch: 8,
+            to_micro_batch: 4,
+            n_patches: 4,
+            from_accumulation: 1,
+            to_accumulation: 2,
+            effective_batch: 32,
+            in_a_row: 1,
+        }));
+        assert_eq!(session.recoveries, vec![(3, 8, 4)]);
+        assert!(session.log.last().unwrap().contains("micro-batch 8 -> 4"));
+    }
+}

@@ -1,0 +1,175 @@
+//! The app driven through its accessibility tree (egui_kittest): it starts on the synthetic
+//! dataset, trains on flex, shows measured memory under the budget, stops with a checkpoint,
+//! re-plans when a value is pinned, and lists a dataset's bad files.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use headroom_core::memory::alloc::CountingAllocator;
+use trainer_gui::session::RunState;
+use trainer_gui::{HeadroomApp, Settings};
+
+// As in the app's binary: on CPU backends memory is measured by counting allocations.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+fn harness(runs_dir: &Path, steps: u64) -> Harness<'static, HeadroomApp> {
+    let settings = Settings {
+        probe_gpus: false,
+        runs_dir: runs_dir.to_path_buf(),
+        steps,
+        ..Settings::default()
+    };
+    let app = HeadroomApp::new(&eframe::egui::Context::default(), settings);
+    Harness::builder()
+        .with_size([1280.0, 900.0])
+        .build_ui_state(|ui, app: &mut HeadroomApp| app.ui(ui), app)
+}
+
+/// Steps the UI (background jobs report between frames) until `done` holds.
+fn wait_for(
+    harness: &mut Harness<'static, HeadroomApp>,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&HeadroomApp) -> bool,
+) {
+    let started = Instant::now();
+    while !done(harness.state()) {
+        assert!(
+            started.elapsed() < limit,
+            "gave up waiting for {what}; the app says: {}",
+            harness.state().status()
+        );
+        harness.step();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    harness.step();
+}
+
+#[test]
+fn trains_on_the_synthetic_dataset_shows_memory_under_the_budget_and_stops_with_a_checkpoint() {
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 500);
+    harness.step();
+    harness.get_by_label_contains("built-in synthetic machine sounds");
+    harness.get_by_label_contains("(auto)");
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.plan().is_some_and(|p| p.is_ok()),
+    );
+    harness.get_by_label("predicted peak");
+
+    harness.get_by_label("Start").click();
+    wait_for(
+        &mut harness,
+        "three steps",
+        Duration::from_secs(300),
+        |app| app.session.step() >= 3,
+    );
+    let memory = *harness.state().session.latest_memory().unwrap();
+    let budget = memory.budget.expect("the run has a budget");
+    assert!(memory.allocated > 0, "allocated {}", memory.allocated);
+    assert!(
+        memory.peak >= memory.allocated && memory.peak < budget,
+        "{memory:?}"
+    );
+    // What the bars say, as text beside them.
+    harness.get_by_label_contains("Device, measured at step");
+    harness.get_by_label_contains("red line: budget");
+
+    harness.get_by_label("Stop").click();
+    wait_for(
+        &mut harness,
+        "the stop and the scoring",
+        Duration::from_secs(300),
+        |app| app.session.state == RunState::Finished && app.session.evaluation.is_some(),
+    );
+    let app = harness.state();
+    assert!(
+        app.session.step() < 500,
+        "stopped early, at {}",
+        app.session.step()
+    );
+    let checkpoint = app
+        .session
+        .checkpoints
+        .last()
+        .expect("a checkpoint was written");
+    assert!(
+        Path::new(checkpoint).join("model.safetensors").is_file(),
+        "{checkpoint}"
+    );
+    assert!(
+        app.session.evaluation.is_some(),
+        "the test split was scored"
+    );
+    harness.get_by_label("AUC");
+}
+
+#[test]
+fn pinning_the_micro_batch_changes_the_predicted_memory() {
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 10);
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.plan().is_some_and(|p| p.is_ok()),
+    );
+    let predicted = |app: &HeadroomApp| app.plan().unwrap().unwrap().0.predicted_peak_bytes;
+    let before = predicted(harness.state());
+    let shown_before = trainer_gui::session::human(before);
+    harness.get_by_label(&shown_before);
+
+    harness.get_by_label("Pin micro-batch").click();
+    harness.step();
+    assert!(harness.state().pins.micro_batch.pinned);
+    harness.state_mut().pins.micro_batch.value = 1;
+    harness.step();
+    harness.step();
+    let after = predicted(harness.state());
+    assert!(
+        after < before,
+        "micro-batch 1 predicts {after} bytes, the plan's {before}"
+    );
+    harness.get_by_label(&trainer_gui::session::human(after));
+    assert_eq!(harness.state().plan().unwrap().unwrap().0.micro_batch, 1);
+}
+
+#[test]
+fn a_dataset_with_bad_files_lists_them() {
+    use headroom_datasets::audio::{Audio, write_wav};
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("valve/train");
+    std::fs::create_dir_all(&train).unwrap();
+    std::fs::create_dir_all(dir.path().join("valve/test")).unwrap();
+    let tone = Audio {
+        sample_rate: 16_000,
+        samples: (0..32_000).map(|i| (i as f32 * 0.05).sin() * 0.3).collect(),
+    };
+    for i in 0..3 {
+        write_wav(&train.join(format!("normal_id_00_{i:08}.wav")), &tone).unwrap();
+    }
+    let good = std::fs::read(train.join("normal_id_00_00000000.wav")).unwrap();
+    std::fs::write(train.join("normal_id_00_00000009.wav"), &good[..1000]).unwrap();
+    write_wav(&train.join("take 2.wav"), &tone).unwrap();
+
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 10);
+    harness.step();
+    harness.state_mut().open_dataset(dir.path().to_path_buf());
+    wait_for(
+        &mut harness,
+        "the file check",
+        Duration::from_secs(60),
+        |app| app.dataset.checking.is_none() && app.dataset.root.is_some(),
+    );
+    harness.get_by_label_contains("2 bad file(s)");
+    harness.get_by_label_contains("normal_id_00_00000009.wav: truncated");
+    harness.get_by_label_contains("take 2.wav: the file name does not follow");
+    assert_eq!(harness.state().dataset.counts["valve"][&0].train, 4);
+}
