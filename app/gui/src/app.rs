@@ -405,7 +405,12 @@ impl HeadroomApp {
                         Err(e) => self.status = format!("Calibration failed: {e}"),
                     }
                 }
-                Message::Event(event) => self.session.apply(&event),
+                Message::Event(event) => {
+                    if let headroom_core::events::Event::Config(info) = &event {
+                        self.status = format!("Training on {} ({})", info.backend, info.device);
+                    }
+                    self.session.apply(&event);
+                }
                 Message::Evaluated(evaluation) => self.evaluation = Some(*evaluation),
                 Message::TrainingEnded(result) => {
                     self.control = None;
@@ -652,7 +657,7 @@ impl HeadroomApp {
                 {
                     pick = Some(i);
                 }
-                ui.label(format!("{:?}", d.class));
+                ui.label(d.class.label());
                 let figure = |m: &headroom_core::probe::MemoryFigure| {
                     m.bytes.map_or("?".to_string(), |b| {
                         format!("{}{}", if m.at_least { ">= " } else { "" }, human(b))
@@ -674,7 +679,7 @@ impl HeadroomApp {
             }
         });
         if let Some(c) = &self.choice {
-            ui.small(format!("Auto: {}", c.reason));
+            ui.small(&c.reason);
         }
         if let Some(i) = pick {
             self.selected = Some(i);
@@ -758,7 +763,17 @@ impl HeadroomApp {
                 ui.end_row();
             });
         });
-        match self.plan() {
+        let planned = match &self.session.plan {
+            // A run's own plan, checked by its dry-run, once it has one.
+            Some(report)
+                if self.session.is_running() || self.session.state == RunState::Finished =>
+            {
+                ui.small("The run's plan (checked by its dry-run step):");
+                Some(Ok((report.plan.clone(), report.breakdown)))
+            }
+            _ => self.plan(),
+        };
+        match planned {
             None => {
                 ui.horizontal(|ui| {
                     ui.spinner();
@@ -809,18 +824,18 @@ impl HeadroomApp {
         let segments: Vec<Segment> = match (running, self.plan()) {
             (Some(m), _) => {
                 let mut s = vec![Segment {
-                    label: "allocated".into(),
+                    label: format!("allocated {}", human(m.allocated)),
                     bytes: m.allocated,
                     color: palette("allocated"),
                 }];
                 s.push(Segment {
-                    label: "peak".into(),
+                    label: format!("step peak {}", human(m.peak)),
                     bytes: m.peak.saturating_sub(m.allocated),
                     color: palette("peak"),
                 });
                 if let Some(r) = m.reserved {
                     s.push(Segment {
-                        label: "reserved".into(),
+                        label: format!("reserved {}", human(r)),
                         bytes: r.saturating_sub(m.peak),
                         color: palette("reserved"),
                     });
@@ -862,6 +877,27 @@ impl HeadroomApp {
                 human(capacity)
             ));
         }
+        // The same step at a scale where it can be read: against the plan's prediction.
+        let predicted = self
+            .session
+            .plan
+            .as_ref()
+            .map(|p| p.plan.predicted_peak_bytes);
+        if let (Some(m), Some(predicted)) = (running, predicted) {
+            ui.label(format!(
+                "This step against the plan: peak {} of {} predicted",
+                human(m.peak),
+                human(predicted)
+            ));
+            MemoryBar {
+                capacity: (predicted.max(m.peak) as f64 * 1.15) as u64,
+                budget: Some(predicted),
+                segments: &segments,
+                peak: Some(m.peak),
+            }
+            .show(ui);
+            ui.small("red line: the plan's predicted peak");
+        }
         let used = self.host.total.saturating_sub(self.host.available);
         ui.label(format!(
             "Host RAM: {} used of {}",
@@ -872,7 +908,7 @@ impl HeadroomApp {
             capacity: self.host.total.max(1),
             budget: None,
             segments: &[Segment {
-                label: "used".into(),
+                label: format!("used {}", human(used)),
                 bytes: used,
                 color: palette("host"),
             }],

@@ -93,7 +93,7 @@ pub fn legend(ui: &mut egui::Ui, segments: &[Segment]) {
             let (rect, _) = ui.allocate_exact_size(Vec2::splat(10.0), Sense::hover());
             ui.painter()
                 .rect_filled(rect, CornerRadius::same(2), s.color);
-            ui.label(format!("{} {}", s.label, crate::session::human(s.bytes)));
+            ui.label(&s.label);
             ui.add_space(6.0);
         }
     });
