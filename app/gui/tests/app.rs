@@ -161,7 +161,12 @@ fn a_dataset_with_bad_files_lists_them() {
     let runs = tempfile::tempdir().unwrap();
     let mut harness = harness(runs.path(), 10);
     harness.step();
-    harness.state_mut().open_dataset(dir.path().to_path_buf());
+    // Dropped on the window, as a file manager would.
+    harness
+        .input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(dir.path().to_path_buf())));
+    harness.step();
     wait_for(
         &mut harness,
         "the file check",
@@ -172,4 +177,31 @@ fn a_dataset_with_bad_files_lists_them() {
     harness.get_by_label_contains("normal_id_00_00000009.wav: truncated");
     harness.get_by_label_contains("take 2.wav: the file name does not follow");
     assert_eq!(harness.state().dataset.counts["valve"][&0].train, 4);
+}
+
+/// A folder dropped on the window.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl eframe::egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        Err("a folder has no bytes".into())
+    }
+}
+
+#[test]
+fn without_a_display_it_points_to_trainer_cli() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_trainer-gui"))
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("needs a display"), "{said}");
+    assert!(said.contains("trainer-cli train --backend auto"), "{said}");
 }

@@ -697,26 +697,22 @@ impl Trainer {
     /// Scores the test split (per-clip mean patch error) and its AUC and pAUC per machine
     /// type and ID.
     pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
-        let device = self.device.clone().without_autodiff();
-        let mut skipped = Vec::new();
         let settings = ScoreSettings {
             stride: self.config.eval_stride,
             chunk: self.eval_chunk(),
             workers: self.options.loader.workers,
             on_bad_file: self.options.loader.on_bad_file,
         };
-        let scores = eval::clip_scores(
-            &self.model.valid(),
+        let device = self.device.clone().without_autodiff();
+        // Train files left out were reported when the run started; these are the test's.
+        score_test_split(
+            &self.model,
             &device,
-            &self.data.store,
-            &self.data.test,
+            &self.data,
             &self.normalization,
             settings,
-            &mut skipped,
-        )?;
-        let mut report = eval::report(&scores);
-        report.skipped = skipped;
-        Ok(Evaluation { report, scores })
+            Vec::new(),
+        )
     }
 
     /// What the run reads, and how.
@@ -789,13 +785,33 @@ pub fn evaluate_checkpoint(
         workers: loader.workers,
         on_bad_file: loader.on_bad_file,
     };
-    let mut skipped = data.skipped.clone();
-    let scores = eval::clip_scores(
-        &loaded.model.valid(),
+    let skipped = data.skipped.clone();
+    let normalization = loaded.state.normalization;
+    score_test_split(
+        &loaded.model,
         &plain,
+        &data,
+        &normalization,
+        settings,
+        skipped,
+    )
+}
+
+/// Scores `data`'s test clips; `skipped` lists files already left out.
+fn score_test_split(
+    model: &VqAutoencoder,
+    device: &Device,
+    data: &RunData,
+    normalization: &Normalization,
+    settings: ScoreSettings,
+    mut skipped: Vec<String>,
+) -> Result<Evaluation, TrainError> {
+    let scores = eval::clip_scores(
+        &model.valid(),
+        device,
         &data.store,
         &data.test,
-        &loaded.state.normalization,
+        normalization,
         settings,
         &mut skipped,
     )?;
