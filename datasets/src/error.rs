@@ -74,6 +74,8 @@ pub enum FileProblem {
     Patch(#[from] crate::patch::PatchError),
     #[error("a reading thread stopped without reading it (it panicked; see the log above)")]
     ReaderStopped,
+    #[error("a synthetic clip, but this reader was given no synthetic dataset to make it from")]
+    NoSyntheticConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -70,10 +70,7 @@ impl ClipReader {
             }
             Origin::Synthetic(key) => {
                 let config = self.synthetic.as_ref().ok_or_else(|| {
-                    FileError::new(
-                        clip.describe(),
-                        FileProblem::Wav("no synthetic configuration to synthesise it".into()),
-                    )
+                    FileError::new(clip.describe(), FileProblem::NoSyntheticConfig)
                 })?;
                 Ok(self.frontend.compute(&waveform(config, key)))
             }

@@ -133,6 +133,7 @@ pub struct HeadroomApp {
     pub evaluation: Option<Evaluation>,
     host: HostMemory,
     confirm_close: bool,
+    close_after_stop: bool,
     status: String,
 }
 
@@ -180,6 +181,7 @@ impl HeadroomApp {
                 available: 0,
             },
             confirm_close: false,
+            close_after_stop: false,
             status: "Probing the machine...".into(),
             settings,
         };
@@ -488,6 +490,9 @@ impl HeadroomApp {
         if self.confirm_close {
             self.close_dialog(&ctx);
         }
+        if self.close_after_stop && self.control.is_none() {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
         if self.session.is_running()
             || self.calibrating.is_some()
             || self.dataset.checking.is_some()
@@ -532,27 +537,15 @@ impl HeadroomApp {
                     if ui.button("Stop and close").clicked() {
                         self.stop();
                         self.confirm_close = false;
-                        self.close_when_stopped(ctx);
+                        // The run checkpoints at its next step boundary; the window closes
+                        // once its thread has ended.
+                        self.close_after_stop = true;
                     }
                     if ui.button("Keep training").clicked() {
                         self.confirm_close = false;
                     }
                 });
             });
-    }
-
-    fn close_when_stopped(&self, ctx: &egui::Context) {
-        // The run checkpoints at its next step boundary; the window closes once it ended.
-        let ctx = ctx.clone();
-        let control = self.control.clone();
-        std::thread::spawn(move || {
-            if let Some(c) = control {
-                while std::sync::Arc::strong_count(&c.stop) > 1 {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-        });
     }
 
     fn dataset_panel(&mut self, ui: &mut egui::Ui) {

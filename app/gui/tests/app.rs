@@ -205,3 +205,76 @@ fn without_a_display_it_points_to_trainer_cli() {
     assert!(said.contains("needs a display"), "{said}");
     assert!(said.contains("trainer-cli train --backend auto"), "{said}");
 }
+
+/// Steps the UI until the run's step count has not moved for `quiet`, and returns it.
+fn settled_step(harness: &mut Harness<'static, HeadroomApp>, quiet: Duration) -> u64 {
+    let started = Instant::now();
+    let (mut last, mut since) = (harness.state().session.step(), Instant::now());
+    while since.elapsed() < quiet {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the run never settled"
+        );
+        harness.step();
+        std::thread::sleep(Duration::from_millis(50));
+        let now = harness.state().session.step();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
+}
+
+#[test]
+fn pause_holds_the_run_and_closing_during_training_asks_to_stop_with_a_checkpoint() {
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 500);
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.plan().is_some_and(|p| p.is_ok()),
+    );
+    harness.get_by_label("Start").click();
+    wait_for(&mut harness, "two steps", Duration::from_secs(300), |app| {
+        app.session.step() >= 2
+    });
+
+    harness.get_by_label("Pause").click();
+    harness.step();
+    // A step in flight when Pause was clicked may still end; after that, nothing moves.
+    let paused_at = settled_step(&mut harness, Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(2));
+    harness.step();
+    assert_eq!(
+        harness.state().session.step(),
+        paused_at,
+        "a paused run trained on"
+    );
+    harness.get_by_label("Resume").click();
+    wait_for(
+        &mut harness,
+        "a step after resuming",
+        Duration::from_secs(120),
+        |app| app.session.step() > paused_at,
+    );
+
+    // The window's close button, while training.
+    harness
+        .input_mut()
+        .viewports
+        .entry(eframe::egui::ViewportId::ROOT)
+        .or_default()
+        .events
+        .push(eframe::egui::ViewportEvent::Close);
+    harness.step();
+    harness.step();
+    harness.get_by_label_contains("Stop training and write a checkpoint");
+    harness.get_by_label("Stop and close").click();
+    wait_for(&mut harness, "the stop", Duration::from_secs(300), |app| {
+        app.session.state == RunState::Finished && app.session.evaluation.is_some()
+    });
+    let checkpoint = harness.state().session.checkpoints.last().cloned();
+    let checkpoint = checkpoint.expect("stopping wrote a checkpoint");
+    assert!(Path::new(&checkpoint).join("model.safetensors").is_file());
+}
