@@ -1,0 +1,145 @@
+//! The plan panel: the budget, the effective batch, a pin per setting, and the plan they give.
+
+use super::*;
+
+impl HeadroomApp {
+    pub(super) fn plan_panel(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Plan");
+        let running = self.session.is_running();
+        ui.add_enabled_ui(!running, |ui| {
+            ui.horizontal(|ui| {
+                ui.label("Budget");
+                let mut kind = match self.budget_source {
+                    BudgetSource::FreeMemory => 0,
+                    BudgetSource::Simulated(_) => 1,
+                    BudgetSource::Custom(_) => 2,
+                };
+                egui::ComboBox::from_id_salt("budget-kind")
+                    .selected_text(["90% of free memory", "a simulated GPU", "my figure"][kind])
+                    .show_ui(ui, |ui| {
+                        ui.selectable_value(&mut kind, 0, "90% of free memory");
+                        ui.selectable_value(&mut kind, 1, "a simulated GPU");
+                        ui.selectable_value(&mut kind, 2, "my figure");
+                    })
+                    .response
+                    .on_hover_text("Where the memory budget comes from");
+                self.budget_source = match (kind, &self.budget_source) {
+                    (0, _) => BudgetSource::FreeMemory,
+                    (1, BudgetSource::Simulated(i)) => BudgetSource::Simulated(*i),
+                    (1, _) => BudgetSource::Simulated(0),
+                    (_, BudgetSource::Custom(t)) => BudgetSource::Custom(t.clone()),
+                    _ => BudgetSource::Custom("2GiB".into()),
+                };
+                match &mut self.budget_source {
+                    BudgetSource::Simulated(i) => {
+                        egui::ComboBox::from_id_salt("simulated")
+                            .selected_text(devices::DEVICES[*i].label)
+                            .show_ui(ui, |ui| {
+                                for (j, d) in devices::DEVICES.iter().enumerate() {
+                                    ui.selectable_value(i, j, d.label);
+                                }
+                            })
+                            .response
+                            .on_hover_text("Simulated GPU");
+                    }
+                    BudgetSource::Custom(text) => {
+                        ui.add(egui::TextEdit::singleline(text).desired_width(80.0))
+                            .on_hover_text("Budget, e.g. 2GiB or 512MiB");
+                    }
+                    BudgetSource::FreeMemory => {}
+                }
+            });
+            match self.budget() {
+                Ok((bytes, source)) => ui.small(format!("{} ({source})", human(bytes))),
+                Err(e) => ui.colored_label(Color32::from_rgb(220, 60, 60), e),
+            };
+            ui.horizontal(|ui| {
+                ui.label("Effective batch (patches)");
+                ui.add(egui::DragValue::new(&mut self.effective_batch).range(1..=65_536))
+                    .on_hover_text("Effective batch (patches)");
+            });
+            let pins = &mut self.pins;
+            egui::Grid::new("pins").show(ui, |ui| {
+                pin_row(ui, "Micro-batch", &mut pins.micro_batch, 1..=4096);
+                pin_row(ui, "Patches per spectrogram", &mut pins.n_patches, 1..=16);
+                pin_row(ui, "Accumulation steps", &mut pins.accumulation, 1..=4096);
+                ui.checkbox(&mut pins.precision.pinned, "Pin precision");
+                egui::ComboBox::from_id_salt("precision")
+                    .selected_text(pins.precision.value.name())
+                    .show_ui(ui, |ui| {
+                        for p in [Precision::F32, Precision::F16, Precision::Bf16] {
+                            ui.selectable_value(&mut pins.precision.value, p, p.name());
+                        }
+                    })
+                    .response
+                    .on_hover_text("Precision");
+                ui.end_row();
+                ui.checkbox(&mut pins.checkpointing.pinned, "Pin checkpointing");
+                ui.checkbox(&mut pins.checkpointing.value, "gradient checkpointing");
+                ui.end_row();
+            });
+        });
+        let planned = match &self.session.plan {
+            // A run's own plan, checked by its dry-run, once it has one.
+            Some(report)
+                if self.session.is_running() || self.session.state == RunState::Finished =>
+            {
+                ui.small("The run's plan (checked by its dry-run step):");
+                Some(Ok((report.plan.clone(), report.breakdown)))
+            }
+            _ => self.plan(),
+        };
+        match planned {
+            None => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("Calibrating on the device (a few real steps)...");
+                });
+            }
+            Some(Err(e)) => {
+                ui.colored_label(Color32::from_rgb(220, 60, 60), e);
+            }
+            Some(Ok((plan, _))) => {
+                egui::Grid::new("plan").striped(true).show(ui, |ui| {
+                    let rows = [
+                        ("micro-batch", plan.micro_batch.to_string()),
+                        ("patches", plan.n_patches.to_string()),
+                        ("stride", TrainConfig::default().stride.to_string()),
+                        ("accumulation", plan.accumulation.to_string()),
+                        ("precision", plan.precision.name().to_string()),
+                        (
+                            "checkpointing",
+                            if plan.checkpointing { "on" } else { "off" }.to_string(),
+                        ),
+                        (
+                            "effective batch",
+                            format!("{} patches", plan.effective_batch),
+                        ),
+                        ("predicted peak", human(plan.predicted_peak_bytes)),
+                    ];
+                    for (k, v) in rows {
+                        ui.label(k);
+                        ui.label(RichText::new(v).strong());
+                        ui.end_row();
+                    }
+                });
+                ui.small(&plan.reason);
+            }
+        }
+    }
+}
+
+fn pin_row(
+    ui: &mut egui::Ui,
+    label: &str,
+    pin: &mut Pin<usize>,
+    range: std::ops::RangeInclusive<usize>,
+) {
+    ui.checkbox(&mut pin.pinned, format!("Pin {}", label.to_lowercase()));
+    ui.add_enabled(
+        pin.pinned,
+        egui::DragValue::new(&mut pin.value).range(range),
+    )
+    .on_hover_text(label);
+    ui.end_row();
+}
