@@ -122,11 +122,6 @@ impl TrainStream {
         self.train.is_empty()
     }
 
-    /// The train clips' positions in the store, in their original order.
-    pub fn clips(&self) -> &[usize] {
-        &self.train
-    }
-
     /// The epoch that position `position` of the stream falls in.
     pub fn epoch_of(&self, position: u64) -> u64 {
         position / self.train.len() as u64

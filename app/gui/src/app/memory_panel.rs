@@ -12,7 +12,7 @@ impl HeadroomApp {
             .or(budget)
             .unwrap_or(1);
         let running = self.session.latest_memory().copied();
-        let segments: Vec<Segment> = match (running, self.plan()) {
+        let segments: Vec<Segment> = match (running, self.frame_plan.clone()) {
             (Some(m), _) => {
                 let mut s = vec![Segment {
                     label: format!("allocated {}", human(m.allocated)),

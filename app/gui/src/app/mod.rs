@@ -142,6 +142,8 @@ pub struct HeadroomApp {
     confirm_close: bool,
     close_after_stop: bool,
     status: String,
+    /// [`Self::plan`] as of this frame.
+    frame_plan: Option<Result<(Plan, Breakdown), String>>,
 }
 
 /// The machine's RAM, read at most once a second.
@@ -189,6 +191,7 @@ impl HeadroomApp {
             },
             confirm_close: false,
             close_after_stop: false,
+            frame_plan: None,
             status: "Probing the machine...".into(),
             settings,
         };
@@ -457,7 +460,9 @@ impl HeadroomApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.drain();
         self.read_host_memory();
-        if self.settings.autostart && matches!(self.plan(), Some(Ok(_))) {
+        // The planner's search runs once a frame; the panels read this.
+        self.frame_plan = self.plan();
+        if self.settings.autostart && matches!(self.frame_plan, Some(Ok(_))) {
             self.settings.autostart = false;
             self.start();
         }

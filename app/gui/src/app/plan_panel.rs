@@ -87,7 +87,7 @@ impl HeadroomApp {
                 ui.small("The run's plan (checked by its dry-run step):");
                 Some(Ok((report.plan.clone(), report.breakdown)))
             }
-            _ => self.plan(),
+            _ => self.frame_plan.clone(),
         };
         match planned {
             None => {
