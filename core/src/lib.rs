@@ -22,4 +22,5 @@ pub use train::{RunLength, RunOptions, TrainConfig, TrainError, Trainer};
 // Unit tests measure host memory, so their binary counts allocations like the CLI does.
 #[cfg(test)]
 #[global_allocator]
-static ALLOC: memory::alloc::CountingAllocator = memory::alloc::CountingAllocator;
+static ALLOC: memory::alloc::CountingAllocator =
+    memory::alloc::CountingAllocator(std::alloc::System);

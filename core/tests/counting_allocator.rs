@@ -4,7 +4,7 @@
 use headroom_core::memory::alloc::{self, CountingAllocator};
 
 #[global_allocator]
-static ALLOC: CountingAllocator = CountingAllocator;
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
 #[test]
 fn peak_sees_a_known_allocation_and_allocated_returns_after_free() {

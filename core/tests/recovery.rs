@@ -12,7 +12,7 @@ use headroom_datasets::SyntheticConfig;
 
 // The budget guard reads host memory on flex, so this binary counts allocations.
 #[global_allocator]
-static ALLOC: CountingAllocator = CountingAllocator;
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
 const MIB: u64 = 1 << 20;
 

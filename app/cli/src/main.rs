@@ -17,9 +17,10 @@ use headroom_core::memory::alloc::CountingAllocator;
 
 // Host-memory figures on CPU backends come from counting every allocation.
 #[global_allocator]
-static ALLOC: CountingAllocator = CountingAllocator;
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
 fn main() -> Result<()> {
+    headroom_core::memory::alloc::keep_freed_memory();
     // burn materialises loaded optimizer state on `Device::default()`, which in a build with
     // wgpu is a GPU adapter: resuming a CPU run would start a graphics driver just to move
     // the state back. BURN_DEVICE pins that default to the CPU unless the user set it.
@@ -29,7 +30,7 @@ fn main() -> Result<()> {
         } else {
             "ndarray"
         };
-        // SAFETY: first statement of main, before any thread exists.
+        // SAFETY: at the start of main, before any thread exists.
         unsafe { std::env::set_var("BURN_DEVICE", cpu) };
     }
     tracing_subscriber::fmt()

@@ -5,7 +5,7 @@ use trainer_gui::{HeadroomApp, Settings, jobs};
 
 // Host-memory figures on CPU backends come from counting every allocation.
 #[global_allocator]
-static ALLOC: CountingAllocator = CountingAllocator;
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
 fn has_display() -> bool {
     if cfg!(any(target_os = "windows", target_os = "macos")) {
@@ -48,6 +48,7 @@ fn settings_from_args() -> anyhow::Result<Settings> {
 }
 
 fn main() -> anyhow::Result<()> {
+    headroom_core::memory::alloc::keep_freed_memory();
     if std::env::args().nth(1).as_deref() == Some(jobs::CHILD_COMMAND) {
         jobs::probe_child();
         return Ok(());

@@ -13,7 +13,7 @@ use trainer_gui::{HeadroomApp, Settings};
 
 // As in the app's binary: on CPU backends memory is measured by counting allocations.
 #[global_allocator]
-static ALLOC: CountingAllocator = CountingAllocator;
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
 /// The allocation counter is the process's: a test that calibrates or trains must not share
 /// it with another that does, or each measures the other's memory.
