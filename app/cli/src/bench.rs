@@ -32,6 +32,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             && config.steps > 0,
         "--batch-size, --n-patches, --gradient-accumulation-steps and --steps must be at least 1"
     );
+    if args.profile {
+        return print_profile(&bench::profile(&config, threads)?, args.json);
+    }
     let result = bench::run(&config, threads)?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -46,6 +49,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
             result.batch,
             result.patches,
             result.accum
+        );
+    }
+    Ok(())
+}
+
+fn print_profile(profile: &bench::Profile, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(profile)?);
+        return Ok(());
+    }
+    println!(
+        "{} ({} threads), {} patches a step: median step {:.1} ms",
+        profile.backend, profile.threads, profile.patches, profile.step_ms
+    );
+    println!("{:<10} {:<26} {:>9} {:>7}", "stage", "op", "ms", "share");
+    for op in &profile.ops {
+        println!(
+            "{:<10} {:<26} {:>9.2} {:>6.1}%",
+            op.stage,
+            op.op,
+            op.ms,
+            100.0 * op.ms / profile.step_ms
         );
     }
     Ok(())

@@ -1,6 +1,10 @@
 //! `trainer-cli bench`: timed training steps of the default model on random patches, the
 //! same measure as `shared/bench/reference_vqae.py` so the two compare side by side.
 
+mod profile;
+
+pub use profile::{OpTime, Profile, profile};
+
 use std::time::Instant;
 
 use burn::tensor::{Distribution, Tensor};

@@ -13,6 +13,8 @@ use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{Device, Distribution, FloatDType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
+pub mod cpu_forms;
+
 /// The shape of the default model; the values are MODEL.md's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct VqAutoencoderConfig {
@@ -34,16 +36,29 @@ impl Default for VqAutoencoderConfig {
 
 #[derive(Module, Debug)]
 pub struct VqAutoencoder {
-    enc1: Conv2d,
-    enc2: Conv2d,
-    enc3: Conv2d,
-    latent: Conv2d,
+    pub(crate) enc1: Conv2d,
+    pub(crate) enc2: Conv2d,
+    pub(crate) enc3: Conv2d,
+    pub(crate) latent: Conv2d,
     codebook: Param<Tensor<2>>,
-    dec1: ConvTranspose2d,
-    dec2: ConvTranspose2d,
-    dec3: ConvTranspose2d,
-    out: Conv2d,
+    pub(crate) dec1: ConvTranspose2d,
+    pub(crate) dec2: ConvTranspose2d,
+    pub(crate) dec3: ConvTranspose2d,
+    pub(crate) out: Conv2d,
     beta: f32,
+    #[module(skip)]
+    forms: LayerForms,
+}
+
+/// How the convolutions are computed. Both give the same function and gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerForms {
+    /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]),
+    /// which are faster there; elsewhere burn's convolutions.
+    #[default]
+    Auto,
+    /// burn's convolutions everywhere: the reference the faster forms are tested against.
+    Plain,
 }
 
 /// What one forward pass gives: enough for the loss and for anomaly scores.
@@ -99,6 +114,7 @@ impl VqAutoencoderConfig {
             dec3: up(64, 32),
             out: conv(32, 1, 1),
             beta: self.beta,
+            forms: LayerForms::Auto,
         }
     }
 }
@@ -106,8 +122,16 @@ impl VqAutoencoderConfig {
 /// A convolution computed in `compute` precision: its weights are cast where they are used,
 /// so the parameters (and the optimizer's view of them) stay f32 and receive f32 gradients
 /// through the cast, as mixed precision keeps master weights.
-fn conv(layer: &Conv2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+pub(crate) fn conv(
+    layer: &Conv2d,
+    x: Tensor<4>,
+    compute: Option<FloatDType>,
+    forms: LayerForms,
+) -> Tensor<4> {
     let Some(dt) = compute else {
+        if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
+            return cpu_forms::conv(layer, x);
+        }
         return layer.forward(x);
     };
     // The model builds every convolution with explicit padding (burn keeps its resolver for
@@ -126,7 +150,7 @@ fn conv(layer: &Conv2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> 
     )
 }
 
-fn up(layer: &ConvTranspose2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+pub(crate) fn up(layer: &ConvTranspose2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
     let Some(dt) = compute else {
         return layer.forward(x);
     };
@@ -152,6 +176,16 @@ fn to_f32(x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
 }
 
 impl VqAutoencoder {
+    /// The same model computing its layers in `forms`.
+    pub fn with_forms(mut self, forms: LayerForms) -> Self {
+        self.forms = forms;
+        self
+    }
+
+    pub fn forms(&self) -> LayerForms {
+        self.forms
+    }
+
     pub fn encode(&self, patches: Tensor<4>) -> Tensor<4> {
         self.encode_in(patches, None)
     }
@@ -163,10 +197,10 @@ impl VqAutoencoder {
             Some(dt) => patches.cast(dt),
             None => patches,
         };
-        let x = relu(conv(&self.enc1, x, compute));
-        let x = relu(conv(&self.enc2, x, compute));
-        let x = relu(conv(&self.enc3, x, compute));
-        conv(&self.latent, x, compute)
+        let x = relu(conv(&self.enc1, x, compute, self.forms));
+        let x = relu(conv(&self.enc2, x, compute, self.forms));
+        let x = relu(conv(&self.enc3, x, compute, self.forms));
+        conv(&self.latent, x, compute, self.forms)
     }
 
     /// Nearest code per latent position by squared L2 distance.
@@ -218,7 +252,7 @@ impl VqAutoencoder {
         let x = relu(up(&self.dec1, x, compute));
         let x = relu(up(&self.dec2, x, compute));
         let x = relu(up(&self.dec3, x, compute));
-        to_f32(conv(&self.out, x, compute), compute)
+        to_f32(conv(&self.out, x, compute, self.forms), compute)
     }
 
     pub fn forward(&self, patches: Tensor<4>) -> VqOutput {
