@@ -54,7 +54,7 @@ impl Layer<'_> {
     fn forward(&self, x: Tensor<4>, forms: LayerForms) -> Tensor<4> {
         match self {
             Layer::Conv(layer) => conv(layer, x, None, forms),
-            Layer::Up(layer) => up(layer, x, None),
+            Layer::Up(layer) => up(layer, x, None, forms),
         }
     }
 }

@@ -17,7 +17,7 @@
 //! values and gradients against `conv2d` on random inputs.
 
 use burn::nn::PaddingConfig2d;
-use burn::nn::conv::Conv2d;
+use burn::nn::conv::{Conv2d, ConvTranspose2d};
 use burn::tensor::{Device, Tensor, s};
 
 /// Whether `device` is a CPU backend, where these forms are faster than burn's convolution.
@@ -36,16 +36,66 @@ pub fn is_cpu(device: &Device) -> bool {
 }
 
 /// `layer` in the fastest form for a CPU backend: unfolding for one input channel, taps
-/// for a stride-1 layer with few output channels, burn's convolution otherwise.
+/// for a stride-1 layer with few output channels, on flex the unfolded-gradient kernels,
+/// burn's convolution otherwise.
 pub fn conv(layer: &Conv2d, x: Tensor<4>) -> Tensor<4> {
-    let [out, channels, _, _] = layer.weight.val().dims();
+    let [out, channels, kh, kw] = layer.weight.val().dims();
     if channels == 1 {
-        conv_by_unfolding(layer, x)
-    } else if out <= 4 && layer.stride == [1, 1] && layer.dilation == [1, 1] {
-        conv_by_taps(layer, x)
-    } else {
-        layer.forward(x)
+        return conv_by_unfolding(layer, x);
     }
+    if out <= 4 && layer.stride == [1, 1] && layer.dilation == [1, 1] {
+        return conv_by_taps(layer, x);
+    }
+    #[cfg(feature = "flex")]
+    {
+        let [ph, pw] = padding(layer);
+        let symmetric =
+            matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
+        if super::cpu_kernels::runs_on(&x.device())
+            && kh == kw
+            && ph == pw
+            && symmetric
+            && layer.stride[0] == layer.stride[1]
+            && layer.dilation == [1, 1]
+            && layer.groups == 1
+        {
+            let y = super::cpu_kernels::conv(x, layer.weight.val(), layer.stride[0], ph);
+            return add_bias(y, layer);
+        }
+    }
+    let _ = (kh, kw);
+    layer.forward(x)
+}
+
+/// `layer` on a CPU backend: on flex the unfolded-gradient kernels, burn's otherwise.
+pub fn up(layer: &ConvTranspose2d, x: Tensor<4>) -> Tensor<4> {
+    #[cfg(feature = "flex")]
+    {
+        let [_, _, kh, kw] = layer.weight.val().dims();
+        if super::cpu_kernels::runs_on(&x.device())
+            && kh == kw
+            && layer.stride[0] == layer.stride[1]
+            && layer.padding[0] == layer.padding[1]
+            && layer.padding_out == [0, 0]
+            && layer.dilation == [1, 1]
+            && layer.groups == 1
+        {
+            let y = super::cpu_kernels::conv_transpose(
+                x,
+                layer.weight.val(),
+                layer.stride[0],
+                layer.padding[0],
+            );
+            return match &layer.bias {
+                Some(bias) => {
+                    let channels = bias.val().dims()[0];
+                    y + bias.val().reshape([1, channels, 1, 1])
+                }
+                None => y,
+            };
+        }
+    }
+    layer.forward(x)
 }
 
 /// The layer's symmetric padding (the model builds every convolution with explicit padding).

@@ -14,6 +14,8 @@ use burn::tensor::{Device, Distribution, FloatDType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 pub mod cpu_forms;
+#[cfg(feature = "flex")]
+pub mod cpu_kernels;
 
 /// The shape of the default model; the values are MODEL.md's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -53,8 +55,9 @@ pub struct VqAutoencoder {
 /// How the convolutions are computed. Both give the same function and gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LayerForms {
-    /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]),
-    /// which are faster there; elsewhere burn's convolutions.
+    /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]) and,
+    /// on flex, the others with the gradient kernels of `cpu_kernels`; elsewhere burn's
+    /// convolutions.
     #[default]
     Auto,
     /// burn's convolutions everywhere: the reference the faster forms are tested against.
@@ -150,8 +153,16 @@ pub(crate) fn conv(
     )
 }
 
-pub(crate) fn up(layer: &ConvTranspose2d, x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+pub(crate) fn up(
+    layer: &ConvTranspose2d,
+    x: Tensor<4>,
+    compute: Option<FloatDType>,
+    forms: LayerForms,
+) -> Tensor<4> {
     let Some(dt) = compute else {
+        if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
+            return cpu_forms::up(layer, x);
+        }
         return layer.forward(x);
     };
     conv_transpose2d(
@@ -249,9 +260,9 @@ impl VqAutoencoder {
             Some(dt) => quantized.cast(dt),
             None => quantized,
         };
-        let x = relu(up(&self.dec1, x, compute));
-        let x = relu(up(&self.dec2, x, compute));
-        let x = relu(up(&self.dec3, x, compute));
+        let x = relu(up(&self.dec1, x, compute, self.forms));
+        let x = relu(up(&self.dec2, x, compute, self.forms));
+        let x = relu(up(&self.dec3, x, compute, self.forms));
         to_f32(conv(&self.out, x, compute, self.forms), compute)
     }
 
@@ -321,6 +332,76 @@ pub fn flat_parameters(model: &VqAutoencoder) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
+
+    /// Loss and every parameter's gradient of one step on `patches`.
+    fn loss_and_gradients(model: &VqAutoencoder, patches: Tensor<4>) -> (f32, Vec<Vec<f32>>) {
+        struct Collect<'a>(&'a burn::optim::GradientsParams, Vec<Vec<f32>>);
+        impl burn::module::ModuleVisitor for Collect<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let grad = self
+                    .0
+                    .get::<D>(param.id)
+                    .expect("every parameter has a gradient");
+                self.1.push(
+                    grad.into_data()
+                        .convert::<f32>()
+                        .try_to_vec::<f32>()
+                        .unwrap(),
+                );
+            }
+        }
+        let output = model.forward(patches.clone());
+        let loss = model.loss(patches, &output).total;
+        let value = loss.clone().into_scalar::<f32>();
+        let grads = burn::optim::GradientsParams::from_grads(loss.backward(), model);
+        let mut collect = Collect(&grads, Vec::new());
+        model.visit(&mut collect);
+        (value, collect.1)
+    }
+
+    /// The CPU forms and kernels against burn's own convolutions: same loss, same gradient
+    /// for every parameter, on random patches and a random model, with and without
+    /// gradient checkpointing.
+    #[test]
+    fn cpu_layers_match_the_plain_path() {
+        for checkpointing in [false, true] {
+            let device = BackendKind::Flex
+                .training_device(None, checkpointing)
+                .unwrap();
+            device.seed(7);
+            let fast = VqAutoencoderConfig::default().init(&device);
+            assert_eq!(fast.forms(), LayerForms::Auto);
+            // Codes drawn near the latents, as training starts, so that the quantizer picks
+            // many codes and every parameter gets a gradient.
+            let x = Tensor::<4>::random([5, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+            let latent = fast.encode(x.clone()).detach();
+            // Near the latents, not on them: a code equal to its latent has no gradient.
+            let from_latents = latent.permute([0, 2, 3, 1]).reshape([5 * 64, 64])
+                + Tensor::random([5 * 64, 64], Distribution::Normal(0.0, 0.01), &device);
+            let others =
+                Tensor::random([512 - 5 * 64, 64], Distribution::Normal(0.0, 0.1), &device);
+            let codes = Tensor::cat(vec![from_latents, others], 0);
+            let fast = fast.set_codebook(codes);
+            let plain = fast.clone().with_forms(LayerForms::Plain);
+            let (fast_loss, fast_grads) = loss_and_gradients(&fast, x.clone());
+            let (plain_loss, plain_grads) = loss_and_gradients(&plain, x);
+            assert!(
+                (fast_loss - plain_loss).abs() <= 1e-5 * plain_loss.abs(),
+                "{fast_loss} against {plain_loss}"
+            );
+            assert_eq!(fast_grads.len(), plain_grads.len());
+            for (i, (f, p)) in fast_grads.iter().zip(&plain_grads).enumerate() {
+                let scale = p.iter().fold(0f32, |m, v| m.max(v.abs()));
+                assert!(scale > 0.0, "parameter {i} has no gradient");
+                for (a, b) in f.iter().zip(p) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * scale,
+                        "parameter {i} (checkpointing {checkpointing}): {a} against {b}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn parameter_count_matches_pytorch() {

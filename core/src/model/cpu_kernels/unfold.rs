@@ -1,0 +1,460 @@
+//! The gradients of a convolution and of a transpose convolution as two GEMMs per sample
+//! around one unfolded matrix, on plain `f32` slices in NCHW order.
+//!
+//! Both layers relate a "large" image (a convolution's input, a transpose convolution's
+//! output) to a "small" grid of positions (the other side) through a k x k window moved by
+//! `stride` with `padding`. Unfolding the large image gives a matrix with one row per
+//! (channel, tap row, tap column) and one column per small-grid position, the order of the
+//! weights' flattening. burn computes a weight gradient as a convolution with batch and
+//! channels swapped, whose GEMMs have 9-16 rows; here it is one GEMM per sample whose inner
+//! dimension is the number of positions, and the input gradient reuses the same unfolded
+//! matrix (transpose convolution) or folds one GEMM back (convolution).
+
+use rayon::prelude::*;
+
+/// How a k x k window maps a large image onto a small grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Channels of the large image.
+    pub channels: usize,
+    pub large: [usize; 2],
+    pub small: [usize; 2],
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+}
+
+impl Window {
+    fn rows(&self) -> usize {
+        self.channels * self.kernel * self.kernel
+    }
+
+    fn positions(&self) -> usize {
+        self.small[0] * self.small[1]
+    }
+
+    fn large_len(&self) -> usize {
+        self.channels * self.large[0] * self.large[1]
+    }
+
+    /// The large-image coordinate that small position `s` sees through tap `k`, if inside.
+    fn source(&self, s: usize, k: usize, axis: usize) -> Option<usize> {
+        (s * self.stride + k)
+            .checked_sub(self.padding)
+            .filter(|&l| l < self.large[axis])
+    }
+
+    /// `[rows, positions]` from one sample's large image.
+    pub fn unfold(&self, large: &[f32], out: &mut [f32]) {
+        let [lh, lw] = self.large;
+        let [sh, sw] = self.small;
+        let k = self.kernel;
+        for c in 0..self.channels {
+            let plane = &large[c * lh * lw..(c + 1) * lh * lw];
+            for ky in 0..k {
+                for kx in 0..k {
+                    let row = (c * k + ky) * k + kx;
+                    let dst = &mut out[row * sh * sw..(row + 1) * sh * sw];
+                    for sy in 0..sh {
+                        let line = &mut dst[sy * sw..(sy + 1) * sw];
+                        let Some(ly) = self.source(sy, ky, 0) else {
+                            line.fill(0.0);
+                            continue;
+                        };
+                        let src = &plane[ly * lw..(ly + 1) * lw];
+                        for (sx, v) in line.iter_mut().enumerate() {
+                            *v = self.source(sx, kx, 1).map_or(0.0, |lx| src[lx]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `[rows, positions]` back onto one sample's large image (the adjoint of
+    /// [`Window::unfold`]); `large` must start zeroed.
+    pub fn fold(&self, cols: &[f32], large: &mut [f32]) {
+        let [lh, lw] = self.large;
+        let [sh, sw] = self.small;
+        let k = self.kernel;
+        for c in 0..self.channels {
+            let plane = &mut large[c * lh * lw..(c + 1) * lh * lw];
+            for ky in 0..k {
+                for kx in 0..k {
+                    let row = (c * k + ky) * k + kx;
+                    let src = &cols[row * sh * sw..(row + 1) * sh * sw];
+                    for sy in 0..sh {
+                        let Some(ly) = self.source(sy, ky, 0) else {
+                            continue;
+                        };
+                        let dst = &mut plane[ly * lw..(ly + 1) * lw];
+                        for (sx, v) in src[sy * sw..(sy + 1) * sw].iter().enumerate() {
+                            if let Some(lx) = self.source(sx, kx, 1) {
+                                dst[lx] += v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A row-major matrix view for [`gemm`]: `rows x cols`, optionally read transposed.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+}
+
+impl<'a> Mat<'a> {
+    fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        debug_assert_eq!(data.len(), rows * cols);
+        Self {
+            data,
+            rows,
+            cols,
+            transposed: false,
+        }
+    }
+
+    fn t(self) -> Self {
+        Self {
+            transposed: !self.transposed,
+            ..self
+        }
+    }
+
+    fn shape(&self) -> [usize; 2] {
+        if self.transposed {
+            [self.cols, self.rows]
+        } else {
+            [self.rows, self.cols]
+        }
+    }
+
+    /// (row stride, column stride) of the logical matrix.
+    fn strides(&self) -> (isize, isize) {
+        if self.transposed {
+            (1, self.cols as isize)
+        } else {
+            (self.cols as isize, 1)
+        }
+    }
+}
+
+/// `dst (+)= lhs @ rhs`, `dst` row-major; single-threaded (callers split the batch).
+fn gemm(dst: &mut [f32], accumulate: bool, lhs: Mat, rhs: Mat) {
+    let [m, k] = lhs.shape();
+    let [k2, n] = rhs.shape();
+    assert_eq!(k, k2, "inner dimensions");
+    assert_eq!(dst.len(), m * n, "destination size");
+    let (lrs, lcs) = lhs.strides();
+    let (rrs, rcs) = rhs.strides();
+    // SAFETY: the shapes and strides above describe exactly the three slices' extents.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lcs,
+            lrs,
+            rhs.data.as_ptr(),
+            rcs,
+            rrs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Which gradients to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub input: bool,
+    pub weight: bool,
+}
+
+/// Sums per-thread weight gradients.
+fn sum_into(total: &mut [f32], part: &[f32]) {
+    for (t, p) in total.iter_mut().zip(part) {
+        *t += p;
+    }
+}
+
+/// Gradients of a convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels,
+/// large]`, `w` is `[out, rows]`, `dy` is `[n, out, small]`. Returns (dx, dw).
+pub fn conv_backward(
+    window: Window,
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    out: usize,
+    wanted: Wanted,
+) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
+    let n = x.len() / large;
+    let mut dx = wanted.input.then(|| vec![0.0f32; n * large]);
+    let weight = Mat::new(w, out, rows);
+    let per_sample = |b: usize, dx: Option<&mut [f32]>, dw: &mut [f32], cols: &mut [f32]| {
+        let grad = Mat::new(
+            &dy[b * out * positions..(b + 1) * out * positions],
+            out,
+            positions,
+        );
+        if wanted.weight {
+            window.unfold(&x[b * large..(b + 1) * large], cols);
+            gemm(dw, true, grad, Mat::new(cols, rows, positions).t());
+        }
+        if let Some(dx) = dx {
+            gemm(cols, false, weight.t(), grad);
+            window.fold(cols, dx);
+        }
+    };
+    let dw = run_batch(
+        n,
+        large,
+        rows * positions,
+        out * rows,
+        dx.as_deref_mut(),
+        per_sample,
+    );
+    (dx, wanted.weight.then_some(dw))
+}
+
+/// Gradients of a transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is
+/// `[n, cin, small]`, `w` is `[cin, rows]` (rows over the output's channels), `dy` is
+/// `[n, window.channels, large]`. Returns (dx, dw).
+pub fn conv_transpose_backward(
+    window: Window,
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    cin: usize,
+    wanted: Wanted,
+) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
+    let n = dy.len() / large;
+    let sample = cin * positions;
+    let mut dx = wanted.input.then(|| vec![0.0f32; n * sample]);
+    let weight = Mat::new(w, cin, rows);
+    let per_sample = |b: usize, dx: Option<&mut [f32]>, dw: &mut [f32], cols: &mut [f32]| {
+        window.unfold(&dy[b * large..(b + 1) * large], cols);
+        let unfolded = Mat::new(cols, rows, positions);
+        if wanted.weight {
+            let input = Mat::new(&x[b * sample..(b + 1) * sample], cin, positions);
+            gemm(dw, true, input, unfolded.t());
+        }
+        if let Some(dx) = dx {
+            gemm(dx, false, weight, unfolded);
+        }
+    };
+    let dw = run_batch(
+        n,
+        sample,
+        rows * positions,
+        cin * rows,
+        dx.as_deref_mut(),
+        per_sample,
+    );
+    (dx, wanted.weight.then_some(dw))
+}
+
+/// Runs `per_sample` over the batch on rayon's threads, each with its own unfolded-matrix
+/// scratch and weight-gradient partial sum, and returns the summed weight gradient.
+fn run_batch(
+    n: usize,
+    dx_len: usize,
+    scratch_len: usize,
+    dw_len: usize,
+    dx: Option<&mut [f32]>,
+    per_sample: impl Fn(usize, Option<&mut [f32]>, &mut [f32], &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let init = || (vec![0.0f32; dw_len], vec![0.0f32; scratch_len]);
+    let partials: Vec<Vec<f32>> = match dx {
+        Some(dx) => dx
+            .par_chunks_mut(dx_len)
+            .enumerate()
+            .fold(init, |(mut dw, mut cols), (b, dx)| {
+                per_sample(b, Some(dx), &mut dw, &mut cols);
+                (dw, cols)
+            })
+            .map(|(dw, _)| dw)
+            .collect(),
+        None => (0..n)
+            .into_par_iter()
+            .fold(init, |(mut dw, mut cols), b| {
+                per_sample(b, None, &mut dw, &mut cols);
+                (dw, cols)
+            })
+            .map(|(dw, _)| dw)
+            .collect(),
+    };
+    let mut total = vec![0.0f32; dw_len];
+    for part in &partials {
+        sum_into(&mut total, part);
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every (large, small, tap) triple the window connects, by direct loops.
+    fn links(w: Window) -> Vec<(usize, usize, usize, usize, usize, usize, usize)> {
+        let mut out = Vec::new();
+        for c in 0..w.channels {
+            for ky in 0..w.kernel {
+                for kx in 0..w.kernel {
+                    for sy in 0..w.small[0] {
+                        for sx in 0..w.small[1] {
+                            let ly = (sy * w.stride + ky) as isize - w.padding as isize;
+                            let lx = (sx * w.stride + kx) as isize - w.padding as isize;
+                            if ly >= 0
+                                && lx >= 0
+                                && (ly as usize) < w.large[0]
+                                && (lx as usize) < w.large[1]
+                            {
+                                out.push((c, ky, kx, sy, sx, ly as usize, lx as usize));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                "{what}[{i}]: {x} against {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn conv_gradients_match_direct_loops() {
+        // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
+        let (n, cin, out) = (3, 4, 5);
+        let window = Window {
+            channels: cin,
+            large: [9, 7],
+            small: [5, 4],
+            kernel: 3,
+            stride: 2,
+            padding: 1,
+        };
+        let x = values(n * cin * 63, 1);
+        let w = values(out * cin * 9, 2);
+        let dy = values(n * out * 20, 3);
+        let (dx, dw) = conv_backward(
+            window,
+            &x,
+            &w,
+            &dy,
+            out,
+            Wanted {
+                input: true,
+                weight: true,
+            },
+        );
+        let (mut ex, mut ew) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+        for b in 0..n {
+            for (c, ky, kx, sy, sx, ly, lx) in links(window) {
+                for o in 0..out {
+                    let g = dy[((b * out + o) * 5 + sy) * 4 + sx];
+                    let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
+                    let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
+                    ew[wi] += g * x[xi];
+                    ex[xi] += g * w[wi];
+                }
+            }
+        }
+        close(&dx.unwrap(), &ex, "dx");
+        close(&dw.unwrap(), &ew, "dw");
+    }
+
+    #[test]
+    fn conv_transpose_gradients_match_direct_loops() {
+        // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
+        let (n, cin, cout) = (2, 3, 4);
+        let window = Window {
+            channels: cout,
+            large: [10, 6],
+            small: [5, 3],
+            kernel: 4,
+            stride: 2,
+            padding: 1,
+        };
+        let x = values(n * cin * 15, 4);
+        let w = values(cin * cout * 16, 5);
+        let dy = values(n * cout * 60, 6);
+        let (dx, dw) = conv_transpose_backward(
+            window,
+            &x,
+            &w,
+            &dy,
+            cin,
+            Wanted {
+                input: true,
+                weight: true,
+            },
+        );
+        let (mut ex, mut ew) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+        for b in 0..n {
+            for (o, ky, kx, sy, sx, ly, lx) in links(window) {
+                for c in 0..cin {
+                    let g = dy[((b * cout + o) * 10 + ly) * 6 + lx];
+                    let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
+                    let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
+                    ew[wi] += g * x[xi];
+                    ex[xi] += g * w[wi];
+                }
+            }
+        }
+        close(&dx.unwrap(), &ex, "dx");
+        close(&dw.unwrap(), &ew, "dw");
+        // Asking for one gradient gives the same one.
+        let (none, dw_only) = conv_transpose_backward(
+            window,
+            &x,
+            &w,
+            &dy,
+            cin,
+            Wanted {
+                input: false,
+                weight: true,
+            },
+        );
+        assert!(none.is_none());
+        close(&dw_only.unwrap(), &ew, "dw alone");
+    }
+}
