@@ -6,6 +6,8 @@
 //! `#[global_allocator] static ALLOC: CountingAllocator = CountingAllocator(System);`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+
+use super::large_blocks;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
@@ -34,7 +36,7 @@ impl<A> CountingAllocator<A> {
 // observe sizes.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { self.0.alloc(layout) };
+        let ptr = large_blocks::take(layout).unwrap_or_else(|| unsafe { self.0.alloc(layout) });
         if !ptr.is_null() {
             Self::grew(layout.size());
         }
@@ -42,7 +44,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { self.0.alloc_zeroed(layout) };
+        let ptr = match large_blocks::take(layout) {
+            // SAFETY: a kept block of exactly this layout, owned by no one else.
+            Some(ptr) => unsafe {
+                ptr.write_bytes(0, layout.size());
+                ptr
+            },
+            None => unsafe { self.0.alloc_zeroed(layout) },
+        };
         if !ptr.is_null() {
             Self::grew(layout.size());
         }
@@ -50,7 +59,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { self.0.dealloc(ptr, layout) };
+        if let Some((ptr, layout)) = large_blocks::keep(ptr, layout) {
+            unsafe { self.0.dealloc(ptr, layout) };
+        }
         Self::shrank(layout.size());
     }
 
@@ -71,9 +82,13 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
 /// shootdowns on every unmap. Measured on the flex step (docs/BENCHMARKS.md): 1.4-1.7x
 /// more patches/s, same peak RSS; mimalloc gave the same speed with 40-70% more RSS.
 ///
+/// Blocks glibc will not keep (over 32 MiB) are kept by the counting allocator itself
+/// ([`large_blocks`]), on every platform.
+///
 /// Call it first thing in `main`. The process's resident memory then stays at its peak
-/// until exit, which a trainer reaches anyway every step. Does nothing off glibc.
+/// until exit, which a trainer reaches anyway every step.
 pub fn keep_freed_memory() {
+    large_blocks::enable();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX); larger

@@ -7,6 +7,7 @@
 
 pub mod alloc;
 mod budget;
+pub mod large_blocks;
 
 pub use budget::{Budget, OverBudget, SizeError, parse_size};
 

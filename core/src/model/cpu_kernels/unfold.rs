@@ -44,26 +44,52 @@ impl Window {
             .filter(|&l| l < self.large[axis])
     }
 
+    /// The small positions along `axis` whose tap `k` lands inside the large image.
+    fn inside(&self, k: usize, axis: usize) -> std::ops::Range<usize> {
+        let (s, p, large, small) = (
+            self.stride,
+            self.padding,
+            self.large[axis],
+            self.small[axis],
+        );
+        // First s with s * stride + k >= p, and first s with s * stride + k >= p + large.
+        let first = (p.saturating_sub(k)).div_ceil(s).min(small);
+        let end = (p + large).saturating_sub(k).div_ceil(s).min(small);
+        first..end.max(first)
+    }
+
     /// `[rows, positions]` from one sample's large image.
     pub fn unfold(&self, large: &[f32], out: &mut [f32]) {
         let [lh, lw] = self.large;
         let [sh, sw] = self.small;
-        let k = self.kernel;
+        let (k, stride) = (self.kernel, self.stride);
         for c in 0..self.channels {
             let plane = &large[c * lh * lw..(c + 1) * lh * lw];
             for ky in 0..k {
+                let rows_inside = self.inside(ky, 0);
                 for kx in 0..k {
+                    let cols_inside = self.inside(kx, 1);
                     let row = (c * k + ky) * k + kx;
                     let dst = &mut out[row * sh * sw..(row + 1) * sh * sw];
-                    for sy in 0..sh {
-                        let line = &mut dst[sy * sw..(sy + 1) * sw];
-                        let Some(ly) = self.source(sy, ky, 0) else {
+                    for (sy, line) in dst.chunks_exact_mut(sw).enumerate() {
+                        if !rows_inside.contains(&sy) || cols_inside.is_empty() {
                             line.fill(0.0);
                             continue;
-                        };
+                        }
+                        let ly = sy * stride + ky - self.padding;
                         let src = &plane[ly * lw..(ly + 1) * lw];
-                        for (sx, v) in line.iter_mut().enumerate() {
-                            *v = self.source(sx, kx, 1).map_or(0.0, |lx| src[lx]);
+                        line[..cols_inside.start].fill(0.0);
+                        line[cols_inside.end..].fill(0.0);
+                        // The first column inside reads large column `lx0`, then every
+                        // `stride`-th one.
+                        let lx0 = cols_inside.start * stride + kx - self.padding;
+                        let inner = &mut line[cols_inside.clone()];
+                        if stride == 1 {
+                            inner.copy_from_slice(&src[lx0..lx0 + inner.len()]);
+                        } else {
+                            for (v, &x) in inner.iter_mut().zip(src[lx0..].iter().step_by(stride)) {
+                                *v = x;
+                            }
                         }
                     }
                 }
