@@ -639,6 +639,10 @@ pub struct BenchArgs {
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// burn's own convolutions instead of Headroom's CPU layer forms and kernels, to
+    /// compare the two.
+    #[arg(long)]
+    pub plain_layers: bool,
     /// Time each op of a step on its own (forward, backward for input and weight, quantizer,
     /// optimizer) instead of whole steps; --steps sets the repetitions per op.
     #[arg(long)]

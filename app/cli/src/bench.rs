@@ -24,6 +24,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         steps: args.steps,
         warmup: args.warmup,
         seed: args.seed,
+        plain_layers: args.plain_layers,
     };
     anyhow::ensure!(
         config.micro_batch > 0

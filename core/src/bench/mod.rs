@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::VqAutoencoderConfig;
+use crate::model::{LayerForms, VqAutoencoderConfig};
 use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +43,19 @@ pub struct BenchConfig {
     /// Encoder and decoder compute precision (mixed precision; f32 parameters).
     #[serde(default)]
     pub precision: crate::probe::Precision,
+    /// burn's own convolutions instead of the CPU forms and kernels (for comparison).
+    #[serde(default)]
+    pub plain_layers: bool,
+}
+
+impl BenchConfig {
+    fn forms(&self) -> LayerForms {
+        if self.plain_layers {
+            LayerForms::Plain
+        } else {
+            LayerForms::Auto
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,7 +81,9 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
-    let mut model = VqAutoencoderConfig::default().init(&device);
+    let mut model = VqAutoencoderConfig::default()
+        .init(&device)
+        .with_forms(config.forms());
     let params = burn::module::Module::num_params(&model);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);

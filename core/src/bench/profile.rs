@@ -109,7 +109,9 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
-    let model = VqAutoencoderConfig::default().init(&device);
+    let model = VqAutoencoderConfig::default()
+        .init(&device)
+        .with_forms(config.forms());
     let n = config.micro_batch * config.n_patches;
     let reps = config.steps;
     let mut ops = Vec::new();
@@ -255,6 +257,7 @@ mod tests {
             seed: 0,
             checkpointing: false,
             precision: Default::default(),
+            plain_layers: false,
         };
         let profile = profile(&config, 1).unwrap();
         // 8 layers x (forward, weight, input) less enc1's input, 2 quantizer, optimizer, rest.
