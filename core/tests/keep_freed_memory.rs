@@ -65,4 +65,19 @@ fn freed_buffers_are_reused_without_page_faults() {
     // A size never freed is not served from the cache.
     let other = vec![2u8; 48 << 20];
     assert_ne!(other.as_ptr(), address);
+
+    drop((again, other));
+
+    // Kept blocks never let the process pass its high-water mark: three blocks freed, then
+    // a larger one of a new size releases them instead of adding to them.
+    let blocks: Vec<Vec<u8>> = (40..43).map(|mib| vec![3u8; mib << 20]).collect();
+    drop(blocks);
+    assert!(large_blocks::kept_bytes() >= 123 << 20);
+    let larger = vec![4u8; 140 << 20];
+    assert!(
+        large_blocks::kept_bytes() < 40 << 20,
+        "{} bytes kept beside a new 140 MiB block",
+        large_blocks::kept_bytes()
+    );
+    drop(larger);
 }

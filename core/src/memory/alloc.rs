@@ -12,16 +12,34 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The most ever live at once (never reset): bounds the kept large blocks.
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Wraps an allocator (the system's by default) and counts live bytes and their high-water
 /// mark.
 pub struct CountingAllocator<A = System>(pub A);
 
+impl<A: GlobalAlloc> CountingAllocator<A> {
+    /// A kept block for `layout`, after releasing the kept blocks that would let the
+    /// process pass its high-water mark.
+    fn kept_block(&self, layout: Layout) -> Option<*mut u8> {
+        let live = ALLOCATED.load(Ordering::Relaxed);
+        let high_water = HIGH_WATER.load(Ordering::Relaxed).max(live + layout.size());
+        let (found, release) = large_blocks::take(layout, live, high_water);
+        for (ptr, layout) in release.into_iter().flatten() {
+            // SAFETY: a kept block, allocated by the inner allocator with this layout.
+            unsafe { self.0.dealloc(ptr, layout) };
+        }
+        found
+    }
+}
+
 impl<A> CountingAllocator<A> {
     fn grew(size: usize) {
         let now = ALLOCATED.fetch_add(size, Ordering::Relaxed) + size;
         PEAK.fetch_max(now, Ordering::Relaxed);
+        HIGH_WATER.fetch_max(now, Ordering::Relaxed);
         if !INSTALLED.load(Ordering::Relaxed) {
             INSTALLED.store(true, Ordering::Relaxed);
         }
@@ -36,7 +54,9 @@ impl<A> CountingAllocator<A> {
 // observe sizes.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = large_blocks::take(layout).unwrap_or_else(|| unsafe { self.0.alloc(layout) });
+        let ptr = self
+            .kept_block(layout)
+            .unwrap_or_else(|| unsafe { self.0.alloc(layout) });
         if !ptr.is_null() {
             Self::grew(layout.size());
         }
@@ -44,7 +64,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = match large_blocks::take(layout) {
+        let ptr = match self.kept_block(layout) {
             // SAFETY: a kept block of exactly this layout, owned by no one else.
             Some(ptr) => unsafe {
                 ptr.write_bytes(0, layout.size());
@@ -59,7 +79,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if let Some((ptr, layout)) = large_blocks::keep(ptr, layout) {
+        let live = ALLOCATED
+            .load(Ordering::Relaxed)
+            .saturating_sub(layout.size());
+        let high_water = HIGH_WATER.load(Ordering::Relaxed);
+        if let Some((ptr, layout)) = large_blocks::keep(ptr, layout, live, high_water) {
             unsafe { self.0.dealloc(ptr, layout) };
         }
         Self::shrank(layout.size());
