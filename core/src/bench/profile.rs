@@ -2,7 +2,7 @@
 //! time, op by op.
 //!
 //! Method. Each op runs alone on the training device with the shapes it has in a step of
-//! `n` patches: once to warm up, then `reps` times, and the median counts. Forward is the
+//! `n` patches (a layer with the ReLU that follows it in the model): once to warm up, then `reps` times, and the median counts. Forward is the
 //! layer's own call, as the model makes it. Backward is timed on `(y * g).sum()` twice:
 //! once with only the layer's parameters requiring gradients (weight and bias) and once
 //! with its input too; the input's gradient is the difference, and the backward of the
@@ -45,16 +45,17 @@ pub struct Profile {
     pub ops: Vec<OpTime>,
 }
 
+/// A layer and whether the model follows it with a ReLU (timed with it).
 enum Layer<'a> {
-    Conv(&'a burn::nn::conv::Conv2d),
+    Conv(&'a burn::nn::conv::Conv2d, bool),
     Up(&'a burn::nn::conv::ConvTranspose2d),
 }
 
 impl Layer<'_> {
     fn forward(&self, x: Tensor<4>, forms: LayerForms) -> Tensor<4> {
         match self {
-            Layer::Conv(layer) => conv(layer, x, None, forms),
-            Layer::Up(layer) => up(layer, x, None, forms),
+            Layer::Conv(layer, relu) => conv(layer, x, None, forms, *relu),
+            Layer::Up(layer) => up(layer, x, None, forms, true),
         }
     }
 }
@@ -91,14 +92,14 @@ fn backward_of(f: &dyn Fn(Tensor<4>) -> Tensor<4>, x: Tensor<4>, device: &Device
 
 fn layers(model: &VqAutoencoder, n: usize) -> Vec<(&'static str, Layer<'_>, [usize; 4])> {
     vec![
-        ("enc1", Layer::Conv(&model.enc1), [n, 1, 64, 64]),
-        ("enc2", Layer::Conv(&model.enc2), [n, 32, 32, 32]),
-        ("enc3", Layer::Conv(&model.enc3), [n, 64, 16, 16]),
-        ("latent", Layer::Conv(&model.latent), [n, 96, 8, 8]),
+        ("enc1", Layer::Conv(&model.enc1, true), [n, 1, 64, 64]),
+        ("enc2", Layer::Conv(&model.enc2, true), [n, 32, 32, 32]),
+        ("enc3", Layer::Conv(&model.enc3, true), [n, 64, 16, 16]),
+        ("latent", Layer::Conv(&model.latent, false), [n, 96, 8, 8]),
         ("dec1", Layer::Up(&model.dec1), [n, 64, 8, 8]),
         ("dec2", Layer::Up(&model.dec2), [n, 96, 16, 16]),
         ("dec3", Layer::Up(&model.dec3), [n, 64, 32, 32]),
-        ("out", Layer::Conv(&model.out), [n, 32, 64, 64]),
+        ("out", Layer::Conv(&model.out, false), [n, 32, 64, 64]),
     ]
 }
 

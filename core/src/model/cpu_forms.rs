@@ -35,19 +35,27 @@ pub fn is_cpu(device: &Device) -> bool {
     false
 }
 
-/// `layer` in the fastest form for a CPU backend: unfolding for one input channel, taps
-/// for a stride-1 layer with few output channels, on flex the unfolded-gradient kernels,
-/// burn's convolution otherwise.
-pub fn conv(layer: &Conv2d, x: Tensor<4>) -> Tensor<4> {
+fn relu_if(y: Tensor<4>, relu: bool) -> Tensor<4> {
+    if relu {
+        burn::tensor::activation::relu(y)
+    } else {
+        y
+    }
+}
+
+/// `layer` (then a ReLU when `relu`) in the fastest form for a CPU backend: unfolding for
+/// one input channel, taps for a stride-1 layer with few output channels, on flex the
+/// unfolded-gradient kernels with bias and ReLU fused, burn's convolution otherwise.
+pub fn conv(layer: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
     let [out, channels, kh, kw] = layer.weight.val().dims();
     if channels == 1 {
-        return conv_by_unfolding(layer, x);
+        return relu_if(conv_by_unfolding(layer, x), relu);
     }
     if out <= 4 && layer.stride == [1, 1] && layer.dilation == [1, 1] {
-        return conv_by_taps(layer, x);
+        return relu_if(conv_by_taps(layer, x), relu);
     }
     #[cfg(feature = "flex")]
-    {
+    if let Some(bias) = &layer.bias {
         let [ph, pw] = padding(layer);
         let symmetric =
             matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
@@ -59,18 +67,19 @@ pub fn conv(layer: &Conv2d, x: Tensor<4>) -> Tensor<4> {
             && layer.dilation == [1, 1]
             && layer.groups == 1
         {
-            let y = super::cpu_kernels::conv(x, layer.weight.val(), layer.stride[0], ph);
-            return add_bias(y, layer);
+            let weight = layer.weight.val();
+            return super::cpu_kernels::conv(x, weight, bias.val(), layer.stride[0], ph, relu);
         }
     }
     let _ = (kh, kw);
-    layer.forward(x)
+    relu_if(layer.forward(x), relu)
 }
 
-/// `layer` on a CPU backend: on flex the unfolded-gradient kernels, burn's otherwise.
-pub fn up(layer: &ConvTranspose2d, x: Tensor<4>) -> Tensor<4> {
+/// `layer` (then a ReLU when `relu`) on a CPU backend: on flex the unfolded-gradient
+/// kernels with bias and ReLU fused, burn's otherwise.
+pub fn up(layer: &ConvTranspose2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
     #[cfg(feature = "flex")]
-    {
+    if let Some(bias) = &layer.bias {
         let [_, _, kh, kw] = layer.weight.val().dims();
         if super::cpu_kernels::runs_on(&x.device())
             && kh == kw
@@ -80,22 +89,18 @@ pub fn up(layer: &ConvTranspose2d, x: Tensor<4>) -> Tensor<4> {
             && layer.dilation == [1, 1]
             && layer.groups == 1
         {
-            let y = super::cpu_kernels::conv_transpose(
+            let (stride, padding) = (layer.stride[0], layer.padding[0]);
+            return super::cpu_kernels::conv_transpose(
                 x,
                 layer.weight.val(),
-                layer.stride[0],
-                layer.padding[0],
+                bias.val(),
+                stride,
+                padding,
+                relu,
             );
-            return match &layer.bias {
-                Some(bias) => {
-                    let channels = bias.val().dims()[0];
-                    y + bias.val().reshape([1, channels, 1, 1])
-                }
-                None => y,
-            };
         }
     }
-    layer.forward(x)
+    relu_if(layer.forward(x), relu)
 }
 
 /// The layer's symmetric padding (the model builds every convolution with explicit padding).

@@ -7,7 +7,6 @@
 use burn::module::{Module, Param};
 use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
-use burn::tensor::activation::relu;
 use burn::tensor::module::{conv_transpose2d, conv2d};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{Device, Distribution, FloatDType, Int, Tensor};
@@ -125,17 +124,20 @@ impl VqAutoencoderConfig {
 /// A convolution computed in `compute` precision: its weights are cast where they are used,
 /// so the parameters (and the optimizer's view of them) stay f32 and receive f32 gradients
 /// through the cast, as mixed precision keeps master weights.
+///
+/// With `relu`, the ReLU after the layer: part of the layer's call where a CPU form fuses it.
 pub(crate) fn conv(
     layer: &Conv2d,
     x: Tensor<4>,
     compute: Option<FloatDType>,
     forms: LayerForms,
+    relu: bool,
 ) -> Tensor<4> {
     let Some(dt) = compute else {
         if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
-            return cpu_forms::conv(layer, x);
+            return cpu_forms::conv(layer, x, relu);
         }
-        return layer.forward(x);
+        return relu_if(layer.forward(x), relu);
     };
     // The model builds every convolution with explicit padding (burn keeps its resolver for
     // `Same` private); `Valid` is no padding.
@@ -145,12 +147,13 @@ pub(crate) fn conv(
     };
     let options =
         ConvOptions::new_with_padding(layer.stride, padding, layer.dilation, layer.groups);
-    conv2d(
+    let y = conv2d(
         x,
         layer.weight.val().cast(dt),
         layer.bias.as_ref().map(|b| b.val().cast(dt)),
         options,
-    )
+    );
+    relu_if(y, relu)
 }
 
 pub(crate) fn up(
@@ -158,14 +161,15 @@ pub(crate) fn up(
     x: Tensor<4>,
     compute: Option<FloatDType>,
     forms: LayerForms,
+    relu: bool,
 ) -> Tensor<4> {
     let Some(dt) = compute else {
         if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
-            return cpu_forms::up(layer, x);
+            return cpu_forms::up(layer, x, relu);
         }
-        return layer.forward(x);
+        return relu_if(layer.forward(x), relu);
     };
-    conv_transpose2d(
+    let y = conv_transpose2d(
         x,
         layer.weight.val().cast(dt),
         layer.bias.as_ref().map(|b| b.val().cast(dt)),
@@ -176,7 +180,16 @@ pub(crate) fn up(
             layer.dilation,
             layer.groups,
         ),
-    )
+    );
+    relu_if(y, relu)
+}
+
+fn relu_if(y: Tensor<4>, relu: bool) -> Tensor<4> {
+    if relu {
+        burn::tensor::activation::relu(y)
+    } else {
+        y
+    }
 }
 
 fn to_f32(x: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
@@ -208,10 +221,10 @@ impl VqAutoencoder {
             Some(dt) => patches.cast(dt),
             None => patches,
         };
-        let x = relu(conv(&self.enc1, x, compute, self.forms));
-        let x = relu(conv(&self.enc2, x, compute, self.forms));
-        let x = relu(conv(&self.enc3, x, compute, self.forms));
-        conv(&self.latent, x, compute, self.forms)
+        let x = conv(&self.enc1, x, compute, self.forms, true);
+        let x = conv(&self.enc2, x, compute, self.forms, true);
+        let x = conv(&self.enc3, x, compute, self.forms, true);
+        conv(&self.latent, x, compute, self.forms, false)
     }
 
     /// Nearest code per latent position by squared L2 distance.
@@ -260,10 +273,10 @@ impl VqAutoencoder {
             Some(dt) => quantized.cast(dt),
             None => quantized,
         };
-        let x = relu(up(&self.dec1, x, compute, self.forms));
-        let x = relu(up(&self.dec2, x, compute, self.forms));
-        let x = relu(up(&self.dec3, x, compute, self.forms));
-        to_f32(conv(&self.out, x, compute, self.forms), compute)
+        let x = up(&self.dec1, x, compute, self.forms, true);
+        let x = up(&self.dec2, x, compute, self.forms, true);
+        let x = up(&self.dec3, x, compute, self.forms, true);
+        to_f32(conv(&self.out, x, compute, self.forms, false), compute)
     }
 
     pub fn forward(&self, patches: Tensor<4>) -> VqOutput {
@@ -332,6 +345,7 @@ pub fn flat_parameters(model: &VqAutoencoder) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
+    use burn::tensor::activation::relu;
 
     /// Loss and every parameter's gradient of one step on `patches`.
     fn loss_and_gradients(model: &VqAutoencoder, patches: Tensor<4>) -> (f32, Vec<Vec<f32>>) {
