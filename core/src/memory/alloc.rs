@@ -50,8 +50,9 @@ impl<A> CountingAllocator<A> {
     }
 }
 
-// SAFETY: every call is forwarded unchanged to the inner allocator; the counters only
-// observe sizes.
+// SAFETY: every block comes from the inner allocator and goes back to it with the layout
+// it was allocated with; a kept block (large_blocks) is handed out again only for exactly
+// that layout, and only once. The counters only observe sizes.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let ptr = self
