@@ -226,37 +226,24 @@ impl Backward<Flex, 3> for LayerBackward {
             weight: node_weight.is_some(),
         };
         let (x_values, w_values, dy) = (contiguous(&x), contiguous(&weight), contiguous(&dy));
+        // The large side is a convolution's input and a transpose convolution's output.
+        let (large, small, large_channels) = match state.kind {
+            Kind::Conv => ([height, width], [oh, ow], cin),
+            Kind::Transpose => ([oh, ow], [height, width], w1),
+        };
+        let window = Window {
+            channels: large_channels,
+            large,
+            small,
+            kernel,
+            stride: state.stride,
+            padding: state.padding,
+        };
         let (dx, dw) = match state.kind {
-            Kind::Conv => unfold::conv_backward(
-                Window {
-                    channels: cin,
-                    large: [height, width],
-                    small: [oh, ow],
-                    kernel,
-                    stride: state.stride,
-                    padding: state.padding,
-                },
-                &x_values,
-                &w_values,
-                &dy,
-                w0,
-                wanted,
-            ),
-            Kind::Transpose => unfold::conv_transpose_backward(
-                Window {
-                    channels: w1,
-                    large: [oh, ow],
-                    small: [height, width],
-                    kernel,
-                    stride: state.stride,
-                    padding: state.padding,
-                },
-                &x_values,
-                &w_values,
-                &dy,
-                cin,
-                wanted,
-            ),
+            Kind::Conv => unfold::conv_backward(window, &x_values, &w_values, &dy, w0, wanted),
+            Kind::Transpose => {
+                unfold::conv_transpose_backward(window, &x_values, &w_values, &dy, cin, wanted)
+            }
         };
         if let (Some(node), Some(dx)) = (node_x, dx) {
             grads.register::<Flex>(node.id, tensor(dx, x.shape()));
