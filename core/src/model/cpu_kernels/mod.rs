@@ -5,9 +5,10 @@
 //! the ReLU that follows most layers applied in the same call, on the output in place; the
 //! separate bias and ReLU passes (forward and backward) of the plain path go. Backward is ours:
 //! burn's default computes a weight gradient as a convolution with batch and channels
-//! swapped, GEMMs of 9-16 rows that ran at a third of the machine's speed and took 40% of
-//! a CPU training step (docs/BENCHMARKS.md). Only flex implements the extension: other
-//! devices keep burn's convolutions (see `model::conv`).
+//! swapped, GEMMs of 9-16 rows (gemm's narrow `x1x6` micro-kernel was 14% of a step's
+//! samples); weight gradients took about 40% of a CPU training step (docs/BENCHMARKS.md).
+//! Only flex implements the extension: other devices keep burn's convolutions (see
+//! `model::conv`).
 
 pub mod unfold;
 
