@@ -40,16 +40,6 @@ pub enum Label {
     Anomaly,
 }
 
-/// One clip of a machine-sound dataset.
-#[derive(Debug, Clone)]
-pub struct Clip {
-    /// A stable name, in the DCASE style (`normal_id_00_00000003`).
-    pub name: String,
-    pub machine_id: u32,
-    pub label: Label,
-    pub spectrogram: Spectrogram,
-}
-
 /// Where a clip's spectrogram comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Origin {

@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::clip::{Clip, ClipInfo, Label, Origin, Split};
-use crate::logmel::{LogMel, LogMelConfig};
+use crate::clip::{ClipInfo, Label, Origin, Split};
+use crate::logmel::LogMelConfig;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SyntheticConfig {
@@ -113,13 +113,10 @@ impl ClipKey {
     }
 }
 
-/// The generated dataset, held in host memory (a few MiB at the default size).
-#[derive(Debug, Clone)]
-pub struct SyntheticDataset {
-    pub config: SyntheticConfig,
-    pub train: Vec<Clip>,
-    pub test: Vec<Clip>,
-}
+/// The built-in dataset: its clips are named by [`ClipKey`]s and synthesised when read
+/// (through [`crate::ClipReader`]), never held as a whole.
+#[derive(Debug, Clone, Copy)]
+pub struct SyntheticDataset;
 
 impl SyntheticDataset {
     /// Every clip key of the dataset, train split first.
@@ -184,52 +181,6 @@ impl SyntheticDataset {
                 ..LogMelConfig::default()
             },
             resample: false,
-        }
-    }
-
-    /// Synthesises every clip, on as many threads as the machine has.
-    pub fn generate(config: &SyntheticConfig) -> Self {
-        let keys = Self::keys(config);
-        let frontend = LogMel::new(LogMelConfig {
-            sample_rate: config.sample_rate,
-            n_mels: config.n_mels,
-            ..LogMelConfig::default()
-        });
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let chunk = keys.len().div_ceil(threads).max(1);
-        let clips: Vec<(ClipKey, Clip)> = std::thread::scope(|scope| {
-            let workers: Vec<_> = keys
-                .chunks(chunk)
-                .map(|part| {
-                    let frontend = &frontend;
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|key| {
-                                let audio = waveform(config, key);
-                                let clip = Clip {
-                                    name: key.name(),
-                                    machine_id: key.machine_id,
-                                    label: key.label(),
-                                    spectrogram: frontend.compute(&audio),
-                                };
-                                (*key, clip)
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().expect("synthesis threads do not panic"))
-                .collect()
-        });
-        let (train, test): (Vec<_>, Vec<_>) = clips
-            .into_iter()
-            .partition(|(key, _)| key.split == Split::Train);
-        Self {
-            config: config.clone(),
-            train: train.into_iter().map(|(_, c)| c).collect(),
-            test: test.into_iter().map(|(_, c)| c).collect(),
         }
     }
 }
@@ -336,6 +287,8 @@ fn mix(seed: u64, parts: &[u64]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clip::Spectrogram;
+    use crate::logmel::LogMel;
 
     fn small() -> SyntheticConfig {
         SyntheticConfig {
@@ -348,29 +301,44 @@ mod tests {
         }
     }
 
+    fn spectrogram(config: &SyntheticConfig, key: &ClipKey) -> Spectrogram {
+        LogMel::new(SyntheticDataset::features(config).logmel).compute(&waveform(config, key))
+    }
+
     #[test]
-    fn generation_is_deterministic_from_the_seed() {
-        let a = SyntheticDataset::generate(&small());
-        let b = SyntheticDataset::generate(&small());
-        let c = SyntheticDataset::generate(&SyntheticConfig { seed: 1, ..small() });
-        assert_eq!(a.train[0].spectrogram, b.train[0].spectrogram);
-        assert_eq!(a.test[3].spectrogram, b.test[3].spectrogram);
-        assert_ne!(a.train[0].spectrogram, c.train[0].spectrogram);
+    fn synthesis_is_deterministic_from_the_seed() {
+        let keys = SyntheticDataset::keys(&small());
+        let (train, anomaly) = (&keys[0], &keys[keys.len() - 1]);
+        assert_eq!(spectrogram(&small(), train), spectrogram(&small(), train));
+        assert_eq!(
+            spectrogram(&small(), anomaly),
+            spectrogram(&small(), anomaly)
+        );
+        let other = SyntheticConfig { seed: 1, ..small() };
+        assert_ne!(spectrogram(&small(), train), spectrogram(&other, train));
     }
 
     #[test]
     fn splits_hold_what_they_should() {
-        let d = SyntheticDataset::generate(&small());
-        assert_eq!(d.train.len(), 4);
-        assert!(d.train.iter().all(|c| c.label == Label::Normal));
-        assert_eq!(d.test.len(), 2 * (1 + 3));
+        let index = SyntheticDataset::index(&small());
+        let (train, test): (Vec<_>, Vec<_>) = index.iter().partition(|c| c.split == Split::Train);
+        assert_eq!(train.len(), 4);
+        assert!(train.iter().all(|c| c.label == Some(Label::Normal)));
+        assert_eq!(test.len(), 2 * (1 + 3));
         assert_eq!(
-            d.test.iter().filter(|c| c.label == Label::Anomaly).count(),
+            test.iter()
+                .filter(|c| c.label == Some(Label::Anomaly))
+                .count(),
             6
         );
-        assert_eq!(d.test[1].name, "anomaly_id_00_00000000");
+        assert_eq!(test[1].name, "anomaly_id_00_00000000.wav");
         let frames = LogMel::new(LogMelConfig::default()).frames_for(32_000);
-        assert!(d.train.iter().all(|c| c.spectrogram.frames == frames));
+        for clip in &train {
+            let Origin::Synthetic(key) = &clip.origin else {
+                panic!("{} is not synthetic", clip.name);
+            };
+            assert_eq!(spectrogram(&small(), key).frames, frames);
+        }
     }
 
     #[test]
