@@ -20,6 +20,8 @@ use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, ConvTranspose2d};
 use burn::tensor::{Device, Tensor, s};
 
+use super::relu_if;
+
 /// Whether `device` is a CPU backend, where these forms are faster than burn's convolution.
 pub fn is_cpu(device: &Device) -> bool {
     #[cfg(feature = "flex")]
@@ -33,14 +35,6 @@ pub fn is_cpu(device: &Device) -> bool {
     }
     let _ = device;
     false
-}
-
-fn relu_if(y: Tensor<4>, relu: bool) -> Tensor<4> {
-    if relu {
-        burn::tensor::activation::relu(y)
-    } else {
-        y
-    }
 }
 
 /// `layer` (then a ReLU when `relu`) in the fastest form for a CPU backend: unfolding for

@@ -184,7 +184,8 @@ pub(crate) fn up(
     relu_if(y, relu)
 }
 
-fn relu_if(y: Tensor<4>, relu: bool) -> Tensor<4> {
+/// `relu(y)` when `relu`, else `y`.
+pub(crate) fn relu_if(y: Tensor<4>, relu: bool) -> Tensor<4> {
     if relu {
         burn::tensor::activation::relu(y)
     } else {
