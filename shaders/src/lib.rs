@@ -12,7 +12,7 @@
 ///
 /// Bindings (group 0): 0 `latents: array<f32>` (`positions x dim`, row-major), 1 `codebook:
 /// array<f32>` (`codes x dim`), 2 `indices: array<u32>` (`positions`, written), 3 `params:
-/// vec4<u32>` (positions, codes, dim, unused). `dim` is at most [`NEAREST_CODE_MAX_DIM`].
+/// vec4<u32>` (positions, codes, dim, unused), all storage buffers. `dim` is at most [`NEAREST_CODE_MAX_DIM`].
 /// Dispatch `ceil(positions / NEAREST_CODE_WORKGROUP)` workgroups. Ties go to the lower index.
 pub const NEAREST_CODE: &str = include_str!("nearest_code.wgsl");
 

@@ -6,10 +6,14 @@ const WORKGROUP: u32 = 64u;
 const MAX_DIM: u32 = 64u;
 const TILE: u32 = 32u;
 
-@group(0) @binding(0) var<storage, read> latents: array<f32>;
-@group(0) @binding(1) var<storage, read> codebook: array<f32>;
+// Every binding read_write, even those only read: cubecl places small allocations in one
+// shared wgpu buffer, and a buffer bound read-only and read-write in one dispatch fails
+// wgpu's validation. cubecl's WGSL compiler declares every binding this way too, unless
+// each allocation has a buffer of its own (its `exclusive-memory-only` feature).
+@group(0) @binding(0) var<storage, read_write> latents: array<f32>;
+@group(0) @binding(1) var<storage, read_write> codebook: array<f32>;
 @group(0) @binding(2) var<storage, read_write> indices: array<u32>;
-@group(0) @binding(3) var<uniform> params: vec4<u32>;
+@group(0) @binding(3) var<storage, read_write> params: vec4<u32>;
 
 var<workgroup> tile: array<f32, 2048>; // TILE x MAX_DIM
 

@@ -125,7 +125,7 @@ impl Gpu {
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("params"),
                 contents: as_bytes(&params),
-                usage: wgpu::BufferUsages::UNIFORM,
+                usage: wgpu::BufferUsages::STORAGE,
             });
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,

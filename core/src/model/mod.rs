@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub mod cpu_forms;
 #[cfg(feature = "flex")]
 pub mod cpu_kernels;
+pub mod nearest_code;
 
 /// The shape of the default model; the values are MODEL.md's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -56,10 +57,11 @@ pub struct VqAutoencoder {
 pub enum LayerForms {
     /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]) and,
     /// on flex, the others with the gradient kernels of `cpu_kernels`; elsewhere burn's
-    /// convolutions.
+    /// convolutions. On wgpu, the quantizer's fused nearest-code kernel ([`nearest_code`]).
     #[default]
     Auto,
-    /// burn's convolutions everywhere: the reference the faster forms are tested against.
+    /// burn's convolutions and the tensor-code quantizer everywhere: the reference the
+    /// faster forms are tested against.
     Plain,
 }
 
@@ -230,8 +232,9 @@ impl VqAutoencoder {
 
     /// Nearest code per latent position by squared L2 distance.
     ///
-    /// The distances are computed on detached values: only the choice of code matters, and
-    /// keeping the `[positions x codes]` matrix out of the autodiff graph saves its memory.
+    /// The choice is made on detached values: only which code matters, and it keeps the
+    /// distances out of the autodiff graph. On wgpu a fused kernel makes it without the
+    /// `[positions x codes]` distance matrix at all ([`nearest_code`]).
     pub fn quantize(&self, latent: &Tensor<4>) -> (Tensor<4>, Tensor<1, Int>) {
         let [n, d, h, w] = latent.dims();
         let flat = latent
@@ -240,11 +243,7 @@ impl VqAutoencoder {
             .permute([0, 2, 3, 1])
             .reshape([n * h * w, d]);
         let codebook = self.codebook.val();
-        let frozen = codebook.clone().detach();
-        let distances = flat.clone().square().sum_dim(1)
-            - flat.matmul(frozen.clone().transpose()).mul_scalar(2.0)
-            + frozen.square().sum_dim(1).reshape([1, -1]);
-        let codes = distances.argmin(1).reshape([n * h * w]);
+        let codes = nearest_code::nearest_codes(flat, codebook.clone().detach(), self.forms);
         let quantized = codebook
             .select(0, codes.clone())
             .reshape([n, h, w, d])

@@ -1,0 +1,107 @@
+//! The quantizer's choice of code: the nearest codebook entry per latent position.
+//!
+//! Two forms with one answer. The plain form is tensor code any backend runs: the
+//! `[positions x codes]` matrix of squared distances, then its argmin. On a wgpu device the
+//! fused form runs `shaders/`'s WGSL kernel instead (through a burn backend extension,
+//! [`wgsl`]), which keeps a running minimum per position and never builds that matrix: at
+//! 512 codes the matrix and the temporaries around it are several times the latents' size
+//! (`docs/BENCHMARKS.md`, "The quantizer on wgpu").
+
+#[cfg(feature = "wgpu")]
+mod wgsl;
+
+use burn::tensor::{DType, Device, Int, Tensor};
+
+use super::LayerForms;
+
+/// Index of the nearest row of `codebook` (`[codes, dim]`) for each row of `latents`
+/// (`[positions, dim]`), by squared L2 distance; ties go to the lower index. Both inputs
+/// are detached values: the choice has no gradient.
+pub fn nearest_codes(latents: Tensor<2>, codebook: Tensor<2>, forms: LayerForms) -> Tensor<1, Int> {
+    if forms == LayerForms::Auto && fused_runs(&latents, &codebook) {
+        #[cfg(feature = "wgpu")]
+        return wgsl::nearest_codes(latents, codebook);
+    }
+    plain_nearest_codes(latents, codebook)
+}
+
+/// The distance matrix, `|z|^2 - 2 z.e + |e|^2`, and its argmin.
+pub(crate) fn plain_nearest_codes(latents: Tensor<2>, codebook: Tensor<2>) -> Tensor<1, Int> {
+    let positions = latents.dims()[0];
+    let distances = latents.clone().square().sum_dim(1)
+        - latents.matmul(codebook.clone().transpose()).mul_scalar(2.0)
+        + codebook.square().sum_dim(1).reshape([1, -1]);
+    distances.argmin(1).reshape([positions])
+}
+
+/// Whether the fused kernel serves these inputs: a wgpu device (whose compiler, in
+/// Headroom's builds, is WGSL), f32 values, a latent width the kernel holds in registers,
+/// and few enough positions for one row of workgroups.
+pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
+    #[cfg(feature = "wgpu")]
+    {
+        let [positions, dim] = latents.dims();
+        is_wgpu(&latents.device())
+            && latents.dtype() == DType::F32
+            && codebook.dtype() == DType::F32
+            && codebook.dims()[1] == dim
+            && wgsl::fits(positions, dim)
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = (latents, codebook);
+        false
+    }
+}
+
+/// Whether the fused kernel would run for the model's quantizer on `device`.
+pub fn fused_on(device: &Device) -> bool {
+    is_wgpu(device)
+}
+
+fn is_wgpu(device: &Device) -> bool {
+    #[cfg(feature = "wgpu")]
+    {
+        use burn::backend::{CubeDevice, DispatchDevice};
+        matches!(
+            device.clone().without_autodiff().as_dispatch(),
+            DispatchDevice::Cube(CubeDevice::Wgpu(_))
+        )
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use burn::tensor::Distribution;
+
+    #[test]
+    fn the_plain_form_picks_the_first_nearest_code() {
+        let device = BackendKind::Flex.device().unwrap();
+        let codebook = Tensor::<2>::from_floats([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0]], &device);
+        let latents = Tensor::<2>::from_floats([[0.9, 0.1], [0.1, -0.1], [0.5, 0.0]], &device);
+        let codes = plain_nearest_codes(latents, codebook)
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
+        // Rows 1 and 2 of the codebook tie for the first latent; the lower index wins.
+        // The third latent is equidistant from codes 0 and 1.
+        assert_eq!(codes, [1, 0, 0]);
+    }
+
+    #[test]
+    fn no_fused_form_on_the_cpu() {
+        let device = BackendKind::Flex.device().unwrap();
+        let latents = Tensor::<2>::random([4, 64], Distribution::Default, &device);
+        let codebook = Tensor::<2>::random([8, 64], Distribution::Default, &device);
+        assert!(!fused_runs(&latents, &codebook));
+        assert!(!fused_on(&device));
+    }
+}
