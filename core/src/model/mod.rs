@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 pub mod cpu_forms;
 #[cfg(feature = "flex")]
 pub mod cpu_kernels;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod gpu_layers;
 pub mod nearest_code;
 
 /// The shape of the default model; the values are MODEL.md's.
@@ -57,7 +59,9 @@ pub struct VqAutoencoder {
 pub enum LayerForms {
     /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]) and,
     /// on flex, the others with the gradient kernels of `cpu_kernels`; elsewhere burn's
-    /// convolutions. On wgpu, the quantizer's fused nearest-code kernel ([`nearest_code`]).
+    /// convolutions. On cubecl devices (wgpu, CUDA) each layer with its ReLU as one op that
+    /// keeps only its output (`gpu_layers`), and on wgpu the quantizer's nearest-code kernel
+    /// ([`nearest_code`]).
     #[default]
     Auto,
     /// burn's convolutions and the tensor-code quantizer everywhere: the reference the
@@ -139,23 +143,42 @@ pub(crate) fn conv(
         if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
             return cpu_forms::conv(layer, x, relu);
         }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if let (LayerForms::Auto, Some(bias)) = (forms, &layer.bias)
+            && gpu_layers::runs_on(&x.device())
+        {
+            let weight = layer.weight.val();
+            return gpu_layers::conv(x, weight, bias.val(), conv_options(layer), relu);
+        }
         return relu_if(layer.forward(x), relu);
     };
+    let y = conv2d(
+        x,
+        layer.weight.val().cast(dt),
+        layer.bias.as_ref().map(|b| b.val().cast(dt)),
+        conv_options(layer),
+    );
+    relu_if(y, relu)
+}
+
+fn conv_options(layer: &Conv2d) -> ConvOptions<2> {
     // The model builds every convolution with explicit padding (burn keeps its resolver for
     // `Same` private); `Valid` is no padding.
     let padding = match layer.padding {
         PaddingConfig2d::Explicit(top, left, bottom, right) => [(top, bottom), (left, right)],
         _ => [(0, 0), (0, 0)],
     };
-    let options =
-        ConvOptions::new_with_padding(layer.stride, padding, layer.dilation, layer.groups);
-    let y = conv2d(
-        x,
-        layer.weight.val().cast(dt),
-        layer.bias.as_ref().map(|b| b.val().cast(dt)),
-        options,
-    );
-    relu_if(y, relu)
+    ConvOptions::new_with_padding(layer.stride, padding, layer.dilation, layer.groups)
+}
+
+fn conv_transpose_options(layer: &ConvTranspose2d) -> ConvTransposeOptions<2> {
+    ConvTransposeOptions::new(
+        layer.stride,
+        layer.padding,
+        layer.padding_out,
+        layer.dilation,
+        layer.groups,
+    )
 }
 
 pub(crate) fn up(
@@ -169,19 +192,20 @@ pub(crate) fn up(
         if forms == LayerForms::Auto && cpu_forms::is_cpu(&x.device()) {
             return cpu_forms::up(layer, x, relu);
         }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if let (LayerForms::Auto, Some(bias)) = (forms, &layer.bias)
+            && gpu_layers::runs_on(&x.device())
+        {
+            let (weight, options) = (layer.weight.val(), conv_transpose_options(layer));
+            return gpu_layers::conv_transpose(x, weight, bias.val(), options, relu);
+        }
         return relu_if(layer.forward(x), relu);
     };
     let y = conv_transpose2d(
         x,
         layer.weight.val().cast(dt),
         layer.bias.as_ref().map(|b| b.val().cast(dt)),
-        ConvTransposeOptions::new(
-            layer.stride,
-            layer.padding,
-            layer.padding_out,
-            layer.dilation,
-            layer.groups,
-        ),
+        conv_transpose_options(layer),
     );
     relu_if(y, relu)
 }
@@ -378,10 +402,20 @@ mod tests {
     /// gradient checkpointing.
     #[test]
     fn cpu_layers_match_the_plain_path() {
+        layers_match_the_plain_path(BackendKind::Flex);
+    }
+
+    /// The same on wgpu (lavapipe in CI): the output-only layers of `gpu_layers` and the
+    /// quantizer's nearest-code kernel against burn's layers and the distance matrix.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn gpu_layers_match_the_plain_path() {
+        layers_match_the_plain_path(BackendKind::Wgpu);
+    }
+
+    fn layers_match_the_plain_path(backend: BackendKind) {
         for checkpointing in [false, true] {
-            let device = BackendKind::Flex
-                .training_device(None, checkpointing)
-                .unwrap();
+            let device = backend.training_device(None, checkpointing).unwrap();
             device.seed(7);
             let fast = VqAutoencoderConfig::default().init(&device);
             assert_eq!(fast.forms(), LayerForms::Auto);
