@@ -40,8 +40,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
+        // A device pool's peak is what it reserved; say what was in use when that differs.
+        let in_use = if result.mem_in_use_peak_bytes == result.mem_peak_bytes {
+            String::new()
+        } else {
+            format!(
+                " (reserved; in use at most {})",
+                mib(result.mem_in_use_peak_bytes)
+            )
+        };
         println!(
-            "{} ({} threads): {:.1} patches/s, median step {:.1} ms, peak memory {}, micro-batch {} x {} patches x {} accumulation",
+            "{} ({} threads): {:.1} patches/s, median step {:.1} ms, peak memory {}{in_use}, micro-batch {} x {} patches x {} accumulation",
             result.backend,
             result.threads,
             result.patches_per_s,

@@ -70,8 +70,13 @@ pub struct BenchResult {
     pub steps: usize,
     pub step_ms_median: f64,
     pub patches_per_s: f64,
-    /// Peak bytes during the timed steps (host allocator on CPU, sampled pool on GPU).
+    /// Peak bytes during the timed steps: the host allocator's on CPU, the device pool's
+    /// footprint (bytes reserved) on GPU.
     pub mem_peak_bytes: u64,
+    /// Most bytes in use during the timed steps (on GPU, at the step's sample points);
+    /// equal to `mem_peak_bytes` on CPU.
+    #[serde(default)]
+    pub mem_in_use_peak_bytes: u64,
     /// Peak resident set of the whole process, like the reference's `peak_rss_mib`.
     pub peak_rss_mib: Option<f64>,
 }
@@ -89,7 +94,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
     let mut meter = MemoryMeter::new(config.backend, &device);
     let n = config.micro_batch * config.n_patches;
     let mut times = Vec::with_capacity(config.steps);
-    let mut peak = 0;
+    let (mut peak, mut in_use_peak) = (0, 0);
     for step in 0..config.warmup + config.steps {
         if step == config.warmup {
             meter.reset_peak();
@@ -111,6 +116,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
         if step >= config.warmup {
             times.push(started.elapsed().as_secs_f64());
             peak = peak.max(meter.sample().peak_bytes);
+            in_use_peak = in_use_peak.max(meter.in_use_peak());
         }
     }
     let median = median(&mut times);
@@ -126,6 +132,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
         step_ms_median: median * 1e3,
         patches_per_s: (n * config.accumulation) as f64 / median,
         mem_peak_bytes: peak,
+        mem_in_use_peak_bytes: in_use_peak,
         peak_rss_mib: peak_rss_mib(),
     })
 }

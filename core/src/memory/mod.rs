@@ -1,9 +1,13 @@
 //! Memory accounting a planner can rely on: bytes allocated now and the peak since a reset.
 //!
 //! On CPU backends tensors live in host memory and the [`alloc`] counter measures them. On
-//! cubecl backends (wgpu, CUDA) the device's memory pool reports bytes in use and reserved;
-//! the pool keeps no high-water mark, so the peak is the largest reading the meter has taken,
-//! and the trainer reads it after forward, backward and the optimizer step.
+//! cubecl backends (wgpu, CUDA) the device's memory pool reports bytes in use and reserved.
+//! The peak there is the pool's footprint: the largest of the bytes it has reserved from the
+//! driver (in use, cached, or lost to how it packs allocations into pages) over the readings
+//! the meter has taken, which the trainer takes after forward, backward and the optimizer
+//! step. Reserved, not in use, because a device runs out of memory when the pool cannot
+//! reserve more, and on wgpu a step reserves well over what is in use at those points (the
+//! temporaries freed between them, the pool's slack; figures in docs/BENCHMARKS.md).
 
 pub mod alloc;
 mod budget;
@@ -65,6 +69,8 @@ pub struct MemoryMeter {
     device: Device,
     source: MemorySource,
     sampled_peak: u64,
+    /// Device pools: the most bytes in use at one reading (the footprint is `sampled_peak`).
+    sampled_in_use_peak: u64,
     budget: Option<Budget>,
 }
 
@@ -85,6 +91,7 @@ impl MemoryMeter {
             device: device.clone(),
             source,
             sampled_peak: 0,
+            sampled_in_use_peak: 0,
             budget: None,
         }
     }
@@ -116,11 +123,25 @@ impl MemoryMeter {
         self.source
     }
 
-    /// Starts a new peak window.
+    /// Starts a new peak window. A device pool's cached pages still count: they are held
+    /// until [`MemoryMeter::cleanup`] returns them.
     pub fn reset_peak(&mut self) {
         match self.source {
             MemorySource::HostAllocator => alloc::reset_peak(),
-            _ => self.sampled_peak = self.read().allocated_bytes,
+            _ => {
+                let now = self.read();
+                self.sampled_peak = now.allocated_bytes.max(now.reserved_bytes.unwrap_or(0));
+                self.sampled_in_use_peak = now.allocated_bytes;
+            }
+        }
+    }
+
+    /// The most bytes in use since the last reset: the peak itself on the host, the largest
+    /// in-use reading on a device pool (whose peak is its footprint).
+    pub fn in_use_peak(&self) -> u64 {
+        match self.source {
+            MemorySource::HostAllocator => alloc::peak() as u64,
+            _ => self.sampled_in_use_peak,
         }
     }
 
@@ -128,7 +149,11 @@ impl MemoryMeter {
     pub fn sample(&mut self) -> MemoryReading {
         let mut reading = self.read();
         if self.source == MemorySource::DevicePool {
-            self.sampled_peak = self.sampled_peak.max(reading.allocated_bytes);
+            let footprint = reading
+                .allocated_bytes
+                .max(reading.reserved_bytes.unwrap_or(0));
+            self.sampled_peak = self.sampled_peak.max(footprint);
+            self.sampled_in_use_peak = self.sampled_in_use_peak.max(reading.allocated_bytes);
             reading.peak_bytes = self.sampled_peak;
         }
         reading
@@ -156,5 +181,33 @@ impl MemoryMeter {
     /// Asks the device to return cached memory (cubecl pools; a no-op on CPU).
     pub fn cleanup(&self) {
         self.device.memory_cleanup();
+    }
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use super::*;
+    use burn::tensor::Tensor;
+
+    /// A tensor freed between two readings still shows in a device pool's peak: the pool
+    /// keeps the pages it reserved for it, and that is what the device gives out.
+    #[test]
+    fn a_device_pools_peak_is_its_footprint() {
+        let device = BackendKind::Wgpu
+            .device()
+            .expect("a wgpu adapter (lavapipe in CI)");
+        let mut meter = MemoryMeter::new(BackendKind::Wgpu, &device);
+        assert_eq!(meter.source(), MemorySource::DevicePool);
+        meter.cleanup();
+        meter.reset_peak();
+        let big = Tensor::<1>::ones([16 << 20], &device); // 64 MiB
+        let _ = big.clone().sum().into_scalar::<f32>();
+        drop(big);
+        let _ = device.sync();
+        let reading = meter.sample();
+        assert!(reading.allocated_bytes < 16 << 20, "{reading:?}");
+        assert!(reading.peak_bytes >= 64 << 20, "{reading:?}");
+        assert!(meter.in_use_peak() < 16 << 20);
+        meter.cleanup();
     }
 }

@@ -12,7 +12,7 @@ pub mod search;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, measure_step};
-pub use memory::{Breakdown, HalfCost, LinearCost, MemoryModel};
+pub use memory::{Breakdown, HalfCost, LinearCost, MemoryModel, StepForms};
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
@@ -78,9 +78,10 @@ pub fn breakdown_of(
     model: &VqAutoencoderConfig,
     plan: &Plan,
     resident_bytes: u64,
-    memory: &MemoryModel,
+    calibration: &Calibration,
 ) -> Breakdown {
-    let predicted = memory
+    let predicted = calibration
+        .memory
         .predict(
             plan.patches_per_micro_batch(),
             plan.precision,
@@ -89,6 +90,7 @@ pub fn breakdown_of(
         .unwrap_or(0);
     memory::breakdown(
         model,
+        StepForms::of(calibration.backend, plan.precision),
         plan.patches_per_micro_batch(),
         predicted,
         resident_bytes,
@@ -109,7 +111,7 @@ pub fn unchecked(
         &calibration.speed,
         &planning.request(resident_bytes),
     )?;
-    let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration.memory);
+    let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration);
     Ok(Prepared {
         plan,
         breakdown,
@@ -149,7 +151,7 @@ pub fn prepare(
             fits,
         }));
         if fits {
-            let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration.memory);
+            let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration);
             sink.emit(Event::Plan(report(&plan, breakdown, &calibration)));
             return Ok(Prepared {
                 plan,

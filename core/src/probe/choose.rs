@@ -11,7 +11,7 @@ use crate::plan::memory;
 /// activations), about 17 MB for the default model. The measured smallest steps are 7 MiB
 /// on wgpu and under 20 MiB on flex; the dry-run on the device has the last word.
 pub fn minimum_free_bytes(model: &VqAutoencoderConfig) -> u64 {
-    let b = memory::breakdown(model, 1, 0, 0, 0);
+    let b = memory::breakdown(model, memory::StepForms::Plain, 1, 0, 0, 0);
     2 * (b.parameters + b.gradients + b.optimizer + b.activations + b.data)
 }
 
