@@ -1,4 +1,4 @@
-//! `trainer-cli bench --json` on the CPU backends.
+//! `trainer-cli bench --json` on the CPU backends, and its memory trace on flex and wgpu.
 
 mod common;
 
@@ -49,4 +49,62 @@ fn bench_reports_flex() {
 #[test]
 fn bench_reports_ndarray() {
     check(&bench("ndarray", "1"), "ndarray");
+}
+
+/// What a step keeps from the input to the loss (autodiff's activations), by the memory
+/// trace, with Headroom's forms and with burn's (`--plain-layers`).
+fn kept_bytes(backend: &str, plain: bool) -> (u64, serde_json::Value) {
+    let mut args = vec![
+        "bench",
+        "--json",
+        "--memory-trace",
+        "--backend",
+        backend,
+        "--batch-size",
+        "8",
+        "--threads",
+        "2",
+    ];
+    if plain {
+        args.push("--plain-layers");
+    }
+    let lines = run_json(&args);
+    assert_eq!(lines.len(), 1, "one JSON line: {lines:?}");
+    let trace = lines.into_iter().next().unwrap();
+    let at = |stage: &str| {
+        trace["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == stage)
+            .unwrap_or_else(|| panic!("no {stage} in {trace}"))["in_use_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    (at("loss") - at("input"), trace)
+}
+
+/// Every hidden activation is kept once, not twice: on flex all but the first layer's.
+#[test]
+fn the_memory_trace_shows_what_the_flex_forms_keep() {
+    let (auto, trace) = kept_bytes("flex", false);
+    let (plain, _) = kept_bytes("flex", true);
+    assert_eq!(trace["patches"], 8);
+    assert!(
+        auto * 10 < plain * 8,
+        "flex keeps {auto} bytes, burn's layers {plain}"
+    );
+}
+
+/// On wgpu (lavapipe in CI) the output-only layers keep about half of what burn's do.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_memory_trace_shows_what_the_gpu_layers_keep() {
+    let (auto, trace) = kept_bytes("wgpu", false);
+    let (plain, _) = kept_bytes("wgpu", true);
+    assert_eq!(trace["source"], "device_pool");
+    assert!(
+        auto * 10 < plain * 6,
+        "wgpu keeps {auto} bytes, burn's layers {plain}"
+    );
 }

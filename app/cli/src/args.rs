@@ -588,6 +588,10 @@ pub struct PlanArgs {
     /// The plans for common GPUs and this CPU, in one table.
     #[arg(long, conflicts_with_all = ["memory_budget", "simulate_device"])]
     pub what_if: bool,
+    /// Plan for burn's own layers and quantizer instead of Headroom's forms and kernels
+    /// (calibrating with them), to compare what each fits.
+    #[arg(long)]
+    pub plain_layers: bool,
     /// Skip the dry-run step that checks the plan.
     #[arg(long)]
     pub no_dry_run: bool,
@@ -639,14 +643,19 @@ pub struct BenchArgs {
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
-    /// burn's own convolutions instead of Headroom's CPU layer forms and kernels, to
-    /// compare the two.
+    /// burn's own layers and quantizer instead of Headroom's forms and kernels (the CPU
+    /// kernels on flex, the output-only layers and nearest-code kernel on wgpu), to compare
+    /// the two.
     #[arg(long)]
     pub plain_layers: bool,
     /// Time each op of a step on its own (forward, backward for input and weight, quantizer,
     /// optimizer) instead of whole steps; --steps sets the repetitions per op.
     #[arg(long)]
     pub profile: bool,
+    /// The memory of one step after each stage (each layer, the quantizer, loss, backward,
+    /// optimizer): bytes in use, and reserved on a GPU, instead of timing steps.
+    #[arg(long, conflicts_with = "profile")]
+    pub memory_trace: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -36,6 +36,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.profile {
         return print_profile(&bench::profile(&config, threads)?, args.json);
     }
+    if args.memory_trace {
+        return print_trace(&bench::memory_trace(&config)?, args.json);
+    }
     let result = bench::run(&config, threads)?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -81,6 +84,38 @@ fn print_profile(profile: &bench::Profile, json: bool) -> Result<()> {
             op.op,
             op.ms,
             100.0 * op.ms / profile.step_ms
+        );
+    }
+    Ok(())
+}
+
+fn print_trace(trace: &bench::MemoryTrace, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(trace)?);
+        return Ok(());
+    }
+    let device = trace.source == headroom_core::memory::MemorySource::DevicePool;
+    println!(
+        "{} ({} forms), one step of {} patches, memory after each stage",
+        trace.backend, trace.forms, trace.patches
+    );
+    let last = if device {
+        "reserved"
+    } else {
+        "peak since previous"
+    };
+    println!("{:<10} {:>10} {:>20}", "stage", "in use", last);
+    for s in &trace.stages {
+        let other = if device {
+            s.reserved_bytes.unwrap_or(0)
+        } else {
+            s.peak_bytes
+        };
+        println!(
+            "{:<10} {:>10} {:>20}",
+            s.stage,
+            mib(s.in_use_bytes),
+            mib(other)
         );
     }
     Ok(())

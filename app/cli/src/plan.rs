@@ -6,7 +6,7 @@ use headroom_core::Target;
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
-use headroom_core::model::VqAutoencoderConfig;
+use headroom_core::model::{LayerForms, VqAutoencoderConfig};
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
 use headroom_core::probe::Precision;
 
@@ -23,7 +23,14 @@ pub fn run(args: PlanArgs) -> Result<()> {
     }
     let target = resolved.target();
     let backend = target.backend;
-    let model = VqAutoencoderConfig::default();
+    let model = VqAutoencoderConfig {
+        forms: if args.plain_layers {
+            LayerForms::Plain
+        } else {
+            LayerForms::Auto
+        },
+        ..VqAutoencoderConfig::default()
+    };
     // Planning here happens before any dataset is loaded: nothing is resident yet.
     let resident = MemoryMeter::new(backend, &target.device()?)
         .sample()

@@ -2,8 +2,10 @@
 //! same measure as `shared/bench/reference_vqae.py` so the two compare side by side.
 
 mod profile;
+mod trace;
 
 pub use profile::{OpTime, Profile, profile};
+pub use trace::{MemoryStage, MemoryTrace, memory_trace};
 
 use std::time::Instant;
 

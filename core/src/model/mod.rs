@@ -26,6 +26,9 @@ pub struct VqAutoencoderConfig {
     pub latent_channels: usize,
     /// Weight of the commitment term, MSE(latent, sg[quantized]).
     pub beta: f32,
+    /// How the layers and the quantizer are computed (the same function either way).
+    #[serde(default)]
+    pub forms: LayerForms,
 }
 
 impl Default for VqAutoencoderConfig {
@@ -34,6 +37,7 @@ impl Default for VqAutoencoderConfig {
             codes: 512,
             latent_channels: 64,
             beta: 0.25,
+            forms: LayerForms::Auto,
         }
     }
 }
@@ -55,7 +59,8 @@ pub struct VqAutoencoder {
 }
 
 /// How the convolutions are computed. Both give the same function and gradients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LayerForms {
     /// On CPU backends, the first and last layers as matrix products ([`cpu_forms`]) and,
     /// on flex, the others with the gradient kernels of `cpu_kernels`; elsewhere burn's
@@ -122,7 +127,7 @@ impl VqAutoencoderConfig {
             dec3: up(64, 32),
             out: conv(32, 1, 1),
             beta: self.beta,
-            forms: LayerForms::Auto,
+            forms: self.forms,
         }
     }
 }
@@ -244,14 +249,28 @@ impl VqAutoencoder {
     /// The encoder with convolutions in `compute` precision (`None`: as stored, f32); the
     /// latent comes back in that precision.
     pub fn encode_in(&self, patches: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+        self.encode_observed(patches, compute, &mut |_| {})
+    }
+
+    fn encode_observed(
+        &self,
+        patches: Tensor<4>,
+        compute: Option<FloatDType>,
+        after: &mut dyn FnMut(&'static str),
+    ) -> Tensor<4> {
         let x = match compute {
             Some(dt) => patches.cast(dt),
             None => patches,
         };
         let x = conv(&self.enc1, x, compute, self.forms, true);
+        after("enc1");
         let x = conv(&self.enc2, x, compute, self.forms, true);
+        after("enc2");
         let x = conv(&self.enc3, x, compute, self.forms, true);
-        conv(&self.latent, x, compute, self.forms, false)
+        after("enc3");
+        let latent = conv(&self.latent, x, compute, self.forms, false);
+        after("latent");
+        latent
     }
 
     /// Nearest code per latent position by squared L2 distance.
@@ -293,14 +312,28 @@ impl VqAutoencoder {
 
     /// The decoder in `compute` precision; the reconstruction comes back in f32.
     pub fn decode_in(&self, quantized: Tensor<4>, compute: Option<FloatDType>) -> Tensor<4> {
+        self.decode_observed(quantized, compute, &mut |_| {})
+    }
+
+    fn decode_observed(
+        &self,
+        quantized: Tensor<4>,
+        compute: Option<FloatDType>,
+        after: &mut dyn FnMut(&'static str),
+    ) -> Tensor<4> {
         let x = match compute {
             Some(dt) => quantized.cast(dt),
             None => quantized,
         };
         let x = up(&self.dec1, x, compute, self.forms, true);
+        after("dec1");
         let x = up(&self.dec2, x, compute, self.forms, true);
+        after("dec2");
         let x = up(&self.dec3, x, compute, self.forms, true);
-        to_f32(conv(&self.out, x, compute, self.forms, false), compute)
+        after("dec3");
+        let reconstruction = to_f32(conv(&self.out, x, compute, self.forms, false), compute);
+        after("out");
+        reconstruction
     }
 
     pub fn forward(&self, patches: Tensor<4>) -> VqOutput {
@@ -311,12 +344,25 @@ impl VqAutoencoder {
     /// activations kept for backward take half the memory in f16/bf16). The quantizer and
     /// everything the loss reads are f32.
     pub fn forward_in(&self, patches: Tensor<4>, compute: Option<FloatDType>) -> VqOutput {
-        let latent = to_f32(self.encode_in(patches, compute), compute);
+        self.forward_observed(patches, compute, &mut |_| {})
+    }
+
+    /// [`VqAutoencoder::forward_in`], calling `after` with each stage's name (`enc1` ...
+    /// `latent`, `quantizer`, `dec1` ... `out`) once its output exists: the hook of the
+    /// memory trace (`bench::memory_trace`).
+    pub fn forward_observed(
+        &self,
+        patches: Tensor<4>,
+        compute: Option<FloatDType>,
+        after: &mut dyn FnMut(&'static str),
+    ) -> VqOutput {
+        let latent = to_f32(self.encode_observed(patches, compute, after), compute);
         let (quantized, codes) = self.quantize(&latent);
+        after("quantizer");
         // Straight-through: the decoder sees the codes, the encoder gets the decoder's gradient.
         let straight_through = latent.clone() + (quantized.clone() - latent.clone()).detach();
         VqOutput {
-            reconstruction: self.decode_in(straight_through, compute),
+            reconstruction: self.decode_observed(straight_through, compute, after),
             latent,
             quantized,
             codes,

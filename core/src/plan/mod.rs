@@ -17,7 +17,7 @@ pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
-use crate::model::VqAutoencoderConfig;
+use crate::model::{LayerForms, VqAutoencoderConfig};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
 pub const MAX_DRY_RUNS: usize = 4;
@@ -88,9 +88,13 @@ pub fn breakdown_of(
             plan.checkpointing,
         )
         .unwrap_or(0);
+    let forms = match model.forms {
+        LayerForms::Auto => StepForms::of(calibration.backend, plan.precision),
+        LayerForms::Plain => StepForms::Plain,
+    };
     memory::breakdown(
         model,
-        StepForms::of(calibration.backend, plan.precision),
+        forms,
         plan.patches_per_micro_batch(),
         predicted,
         resident_bytes,

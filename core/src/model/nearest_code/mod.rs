@@ -10,7 +10,7 @@
 #[cfg(feature = "wgpu")]
 mod wgsl;
 
-use burn::tensor::{DType, Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 use super::LayerForms;
 
@@ -18,10 +18,12 @@ use super::LayerForms;
 /// (`[positions, dim]`), by squared L2 distance; ties go to the lower index. Both inputs
 /// are detached values: the choice has no gradient.
 pub fn nearest_codes(latents: Tensor<2>, codebook: Tensor<2>, forms: LayerForms) -> Tensor<1, Int> {
+    #[cfg(feature = "wgpu")]
     if forms == LayerForms::Auto && fused_runs(&latents, &codebook) {
-        #[cfg(feature = "wgpu")]
         return wgsl::nearest_codes(latents, codebook);
     }
+    #[cfg(not(feature = "wgpu"))]
+    let _ = forms;
     plain_nearest_codes(latents, codebook)
 }
 
@@ -42,8 +44,8 @@ pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
     {
         let [positions, dim] = latents.dims();
         is_wgpu(&latents.device())
-            && latents.dtype() == DType::F32
-            && codebook.dtype() == DType::F32
+            && latents.dtype() == burn::tensor::DType::F32
+            && codebook.dtype() == burn::tensor::DType::F32
             && codebook.dims()[1] == dim
             && wgsl::fits(positions, dim)
     }

@@ -1,0 +1,180 @@
+//! `trainer-cli bench --memory-trace`: the memory of one training step, stage by stage.
+//!
+//! Method. A warm-up step at full size compiles the device's kernels and makes AdamW's
+//! moments; then the device pool returns its cached memory, and one step runs with a
+//! reading after each stage of the forward (`enc1` ... `out`), after the loss, after
+//! backward and after the optimizer. Each reading syncs the device first. A reading gives
+//! the bytes in use and, on a device pool, the bytes reserved (the pool keeps what it
+//! reserved until told to return it, so reserved is the high-water so far); on the host,
+//! the allocator's peak since the previous reading. What autodiff keeps for backward is
+//! what stays in use through the forward; the step's peak is the largest reserved (GPU) or
+//! peak (CPU) figure.
+
+use burn::tensor::{Distribution, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{BenchConfig, BenchError};
+use crate::checkpoint::new_optimizer;
+use crate::memory::{MemoryMeter, MemorySource};
+use crate::model::VqAutoencoderConfig;
+use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+
+/// One reading.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryStage {
+    /// `start`, `input`, `enc1` ... `out`, `loss`, `backward`, `optimizer`.
+    pub stage: String,
+    pub in_use_bytes: u64,
+    /// Device pools: bytes reserved. `None` on the host.
+    pub reserved_bytes: Option<u64>,
+    /// Host: the allocator's peak since the previous reading. Device pools: the footprint
+    /// so far (the largest of in use and reserved).
+    pub peak_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryTrace {
+    pub backend: String,
+    /// `auto` or `plain` (`--plain-layers`).
+    pub forms: String,
+    pub patches: usize,
+    pub source: MemorySource,
+    pub stages: Vec<MemoryStage>,
+}
+
+pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
+    let device = config
+        .backend
+        .training_device(config.device, config.checkpointing)?;
+    device.seed(config.seed);
+    let mut model = VqAutoencoderConfig {
+        forms: config.forms(),
+        ..VqAutoencoderConfig::default()
+    }
+    .init(&device);
+    let mut optimizer = new_optimizer();
+    let mut meter = MemoryMeter::new(config.backend, &device);
+    let n = config.micro_batch * config.n_patches;
+    let random = || Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+    let settings = StepSettings {
+        step_patches: n,
+        lr: 1e-3,
+        clip_norm: Some(1.0),
+        objective: Objective::VectorQuantized,
+        precision: config.precision,
+    };
+    let (warm, _) = optimizer_step(model, &mut optimizer, [random()], settings, &mut meter)?;
+    model = warm;
+    meter.cleanup();
+    let _ = device.sync();
+    meter.reset_peak();
+
+    let mut stages = Vec::new();
+    let mut read = |stage: &str, meter: &mut MemoryMeter| {
+        // A failed sync shows up as the step's error below; a reading needs the work done.
+        let _ = device.sync();
+        let r = meter.sample();
+        stages.push(MemoryStage {
+            stage: stage.into(),
+            in_use_bytes: r.allocated_bytes,
+            reserved_bytes: r.reserved_bytes,
+            peak_bytes: r.peak_bytes,
+        });
+        if meter.source() == MemorySource::HostAllocator {
+            meter.reset_peak();
+        }
+    };
+    read("start", &mut meter);
+    let patches = random();
+    read("input", &mut meter);
+    let compute = config.precision.compute_dtype();
+    let output = {
+        let meter = &mut meter;
+        model.forward_observed(patches.clone(), compute, &mut |stage| read(stage, meter))
+    };
+    let loss = model.loss(patches, &output).total;
+    drop(output);
+    read("loss", &mut meter);
+    let grads = loss.backward();
+    device
+        .sync()
+        .map_err(|error| StepError::Device(error.to_string()))?;
+    read("backward", &mut meter);
+    let grads = burn::optim::GradientsParams::from_grads(grads, &model);
+    let model = optimizer.step(1e-3, model, grads);
+    read("optimizer", &mut meter);
+    drop(model);
+    Ok(MemoryTrace {
+        backend: config.backend.name().into(),
+        forms: if config.plain_layers { "plain" } else { "auto" }.into(),
+        patches: n,
+        source: meter.source(),
+        stages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+
+    /// On flex the forward's in-use bytes grow layer by layer (autodiff keeps each
+    /// activation) and backward frees them; burn's layers keep more than Headroom's.
+    #[test]
+    fn the_forward_keeps_and_backward_frees() {
+        let trace = |plain_layers| {
+            let config = BenchConfig {
+                backend: BackendKind::Flex,
+                device: None,
+                micro_batch: 4,
+                n_patches: 1,
+                accumulation: 1,
+                steps: 1,
+                warmup: 0,
+                seed: 0,
+                checkpointing: false,
+                precision: Default::default(),
+                plain_layers,
+            };
+            memory_trace(&config).unwrap()
+        };
+        let auto = trace(false);
+        let names: Vec<&str> = auto.stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "start",
+                "input",
+                "enc1",
+                "enc2",
+                "enc3",
+                "latent",
+                "quantizer",
+                "dec1",
+                "dec2",
+                "dec3",
+                "out",
+                "loss",
+                "backward",
+                "optimizer"
+            ]
+        );
+        let at = |t: &MemoryTrace, stage: &str| {
+            t.stages
+                .iter()
+                .find(|s| s.stage == stage)
+                .unwrap()
+                .in_use_bytes
+        };
+        assert!(at(&auto, "enc1") < at(&auto, "dec3"));
+        assert!(at(&auto, "backward") < at(&auto, "loss"));
+        let plain = trace(true);
+        let kept = |t: &MemoryTrace| at(t, "loss") - at(t, "input");
+        assert!(
+            kept(&auto) < kept(&plain),
+            "{} vs {}",
+            kept(&auto),
+            kept(&plain)
+        );
+    }
+}
