@@ -264,7 +264,7 @@ impl HeadroomApp {
             search(&calibration.memory, &calibration.speed, &request)
                 .map(|plan| {
                     let model = headroom_core::model::VqAutoencoderConfig::default();
-                    let breakdown = breakdown_of(&model, &plan, 0, &calibration);
+                    let breakdown = breakdown_of(&model, &plan, 0, calibration);
                     (plan, breakdown)
                 })
                 .map_err(|e| e.to_string()),
