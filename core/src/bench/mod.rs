@@ -51,6 +51,35 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
+    /// One step of `micro_batch` single patches on flex: the unit tests' configuration.
+    #[cfg(test)]
+    pub(crate) fn tiny_flex(micro_batch: usize) -> Self {
+        Self {
+            backend: BackendKind::Flex,
+            device: None,
+            micro_batch,
+            n_patches: 1,
+            accumulation: 1,
+            steps: 1,
+            warmup: 0,
+            seed: 0,
+            checkpointing: false,
+            precision: Default::default(),
+            plain_layers: false,
+        }
+    }
+
+    /// The step every bench mode runs: the reference script's learning rate and clipping.
+    fn step_settings(&self, step_patches: usize) -> StepSettings {
+        StepSettings {
+            step_patches,
+            lr: 1e-3,
+            clip_norm: Some(1.0),
+            objective: Objective::VectorQuantized,
+            precision: self.precision,
+        }
+    }
+
     fn forms(&self) -> LayerForms {
         if self.plain_layers {
             LayerForms::Plain
@@ -104,13 +133,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
         let started = Instant::now();
         let batches = (0..config.accumulation)
             .map(|_| Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device));
-        let settings = StepSettings {
-            step_patches: n * config.accumulation,
-            lr: 1e-3,
-            clip_norm: Some(1.0),
-            objective: Objective::VectorQuantized,
-            precision: config.precision,
-        };
+        let settings = config.step_settings(n * config.accumulation);
         let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter)?;
         model = next;
         // The step's scalars were read back, so its work is done; syncing covers lazy backends.

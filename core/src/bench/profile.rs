@@ -21,9 +21,7 @@ use super::{BenchConfig, BenchError, median};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::{LayerForms, VqAutoencoder, VqAutoencoderConfig, conv, up};
-use crate::train::step::{
-    Objective, StepSettings, clip_global_norm, micro_batch_gradients, optimizer_step,
-};
+use crate::train::step::{Objective, clip_global_norm, micro_batch_gradients, optimizer_step};
 
 /// One op's median time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -205,13 +203,7 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
     };
     push("optimizer", "clip + AdamW", optimizer_ms);
 
-    let settings = StepSettings {
-        step_patches: n,
-        lr: 1e-3,
-        clip_norm: Some(1.0),
-        objective: Objective::VectorQuantized,
-        precision: config.precision,
-    };
+    let settings = config.step_settings(n);
     let mut times = Vec::new();
     for rep in 0..=reps {
         let batch = random([n, 1, 64, 64], &device);
@@ -243,23 +235,10 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
 
     #[test]
     fn every_op_is_timed_and_the_rest_closes_the_step() {
-        let config = BenchConfig {
-            backend: BackendKind::Flex,
-            device: None,
-            micro_batch: 2,
-            n_patches: 1,
-            accumulation: 1,
-            steps: 1,
-            warmup: 0,
-            seed: 0,
-            checkpointing: false,
-            precision: Default::default(),
-            plain_layers: false,
-        };
+        let config = BenchConfig::tiny_flex(2);
         let profile = profile(&config, 1).unwrap();
         // 8 layers x (forward, weight, input) less enc1's input, 2 quantizer, optimizer, rest.
         assert_eq!(profile.ops.len(), 8 * 3 - 1 + 2 + 1 + 1);

@@ -17,7 +17,7 @@ use super::{BenchConfig, BenchError};
 use crate::checkpoint::new_optimizer;
 use crate::memory::{MemoryMeter, MemorySource};
 use crate::model::VqAutoencoderConfig;
-use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+use crate::train::step::{StepError, optimizer_step};
 
 /// One reading.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,13 +56,7 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
     let mut meter = MemoryMeter::new(config.backend, &device);
     let n = config.micro_batch * config.n_patches;
     let random = || Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
-    let settings = StepSettings {
-        step_patches: n,
-        lr: 1e-3,
-        clip_norm: Some(1.0),
-        objective: Objective::VectorQuantized,
-        precision: config.precision,
-    };
+    let settings = config.step_settings(n);
     let (warm, _) = optimizer_step(model, &mut optimizer, [random()], settings, &mut meter)?;
     model = warm;
     meter.cleanup();
@@ -116,30 +110,15 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
 
-    /// On flex the forward's in-use bytes grow layer by layer (autodiff keeps each
-    /// activation) and backward frees them; burn's layers keep more than Headroom's.
+    /// A reading after every stage, in order. What the readings show is tested through the
+    /// CLI (`tests/cli_bench.rs`), each trace in a process of its own: on the host the
+    /// counter sees the whole process, and this binary's other tests allocate alongside.
     #[test]
-    fn the_forward_keeps_and_backward_frees() {
-        let trace = |plain_layers| {
-            let config = BenchConfig {
-                backend: BackendKind::Flex,
-                device: None,
-                micro_batch: 4,
-                n_patches: 1,
-                accumulation: 1,
-                steps: 1,
-                warmup: 0,
-                seed: 0,
-                checkpointing: false,
-                precision: Default::default(),
-                plain_layers,
-            };
-            memory_trace(&config).unwrap()
-        };
-        let auto = trace(false);
-        let names: Vec<&str> = auto.stages.iter().map(|s| s.stage.as_str()).collect();
+    fn every_stage_is_read_in_order() {
+        let config = BenchConfig::tiny_flex(2);
+        let trace = memory_trace(&config).unwrap();
+        let names: Vec<&str> = trace.stages.iter().map(|s| s.stage.as_str()).collect();
         assert_eq!(
             names,
             [
@@ -159,22 +138,7 @@ mod tests {
                 "optimizer"
             ]
         );
-        let at = |t: &MemoryTrace, stage: &str| {
-            t.stages
-                .iter()
-                .find(|s| s.stage == stage)
-                .unwrap()
-                .in_use_bytes
-        };
-        assert!(at(&auto, "enc1") < at(&auto, "dec3"));
-        assert!(at(&auto, "backward") < at(&auto, "loss"));
-        let plain = trace(true);
-        let kept = |t: &MemoryTrace| at(t, "loss") - at(t, "input");
-        assert!(
-            kept(&auto) < kept(&plain),
-            "{} vs {}",
-            kept(&auto),
-            kept(&plain)
-        );
+        assert_eq!((trace.patches, trace.forms.as_str()), (2, "auto"));
+        assert!(trace.stages.iter().all(|s| s.reserved_bytes.is_none()));
     }
 }

@@ -1,29 +1,20 @@
-//! The model's layers on cubecl devices (wgpu; the CUDA build too, untested here) as one autodiff op each:
-//! convolution, bias and the ReLU after it, keeping only the layer's output for backward.
+//! The model's layers on cubecl devices (wgpu; the CUDA build too, untested here): each
+//! layer with its ReLU as one autodiff op that keeps only its output ([`super::output_only`]).
 //!
-//! burn's autodiff records a layer as two ops: the convolution keeps its input and the ReLU
-//! keeps *its* input, the pre-activation, to mask the gradient. The next layer keeps the
-//! ReLU's output as its input, so every hidden activation is held twice until backward,
-//! about half of what a training step holds on wgpu (`docs/BENCHMARKS.md`, "Memory of a
-//! step on wgpu"). The ReLU's gradient mask is as well read from its output (zero where the
-//! output is not positive), and the output is the next layer's input, so one op that keeps
-//! the output holds each activation once. Forward and backward are burn's own kernels
-//! (convolution, its input and weight gradients, ReLU and its backward); nothing new runs on
-//! the device, only less is kept.
+//! On wgpu that halves what a training step holds for backward (`docs/BENCHMARKS.md`,
+//! "Memory of a step on wgpu"). Forward and backward are burn's own kernels (convolution,
+//! its input and weight gradients, ReLU and its backward); nothing new runs on the device,
+//! only less is kept.
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Cube, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{DType, Device, Tensor};
 
-/// A tensor of the cubecl backend.
-type CubeTensor = FloatTensor<Cube>;
+use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
 
 #[backend_extension(Cube, Autodiff)]
 pub trait OutputOnlyLayers: burn::backend::Backend {
@@ -46,153 +37,83 @@ pub trait OutputOnlyLayers: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// Which layer, with its options.
-#[derive(Debug, Clone)]
-enum Layer {
-    Conv(ConvOptions<2>),
-    Transpose(ConvTransposeOptions<2>),
-}
+impl LayerKernels for Cube {
+    fn layer_forward(
+        layer: &Layer,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        relu: bool,
+    ) -> FloatTensor<Self> {
+        let y = match layer {
+            Layer::Conv(options) => Cube::conv2d(x, weight, Some(bias), options.clone()),
+            Layer::Transpose(options) => {
+                Cube::conv_transpose2d(x, weight, Some(bias), options.clone())
+            }
+        };
+        if relu { Cube::relu(y) } else { y }
+    }
 
-fn forward(
-    layer: &Layer,
-    x: CubeTensor,
-    weight: CubeTensor,
-    bias: CubeTensor,
-    relu: bool,
-) -> CubeTensor {
-    let y = match layer {
-        Layer::Conv(options) => Cube::conv2d(x, weight, Some(bias), options.clone()),
-        Layer::Transpose(options) => Cube::conv_transpose2d(x, weight, Some(bias), options.clone()),
-    };
-    if relu { Cube::relu(y) } else { y }
+    fn layer_backward(
+        layer: &Layer,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        relu_output: Option<FloatTensor<Self>>,
+        wanted: WantedGradients,
+    ) -> LayerGradients<Self> {
+        let dy = match relu_output {
+            Some(y) => Cube::relu_backward(y, dy),
+            None => dy,
+        };
+        // Both layers' bias gradient: the output gradient summed over batch and space.
+        let db = wanted.bias.then(|| {
+            let channels = dy.shape()[1];
+            let db = Cube::float_sum_dim(dy.clone(), 0);
+            let db = Cube::float_sum_dim(Cube::float_sum_dim(db, 2), 3);
+            Cube::float_reshape(db, [channels].into())
+        });
+        let (dx, dw) = match layer {
+            Layer::Conv(options) => (
+                wanted.input.then(|| {
+                    Cube::conv2d_x_backward(x.clone(), weight.clone(), dy.clone(), options.clone())
+                }),
+                wanted.weight.then(|| {
+                    Cube::conv2d_weight_backward(x, weight.clone(), dy.clone(), options.clone())
+                }),
+            ),
+            Layer::Transpose(options) => (
+                wanted.input.then(|| {
+                    Cube::conv_transpose2d_x_backward(weight.clone(), dy.clone(), options.clone())
+                }),
+                wanted.weight.then(|| {
+                    Cube::conv_transpose2d_weight_backward(x, weight, dy, options.clone())
+                }),
+            ),
+        };
+        [dx, dw, db]
+    }
 }
 
 impl OutputOnlyLayers for Cube {
     fn conv_keeping_output(
-        x: CubeTensor,
-        weight: CubeTensor,
-        bias: CubeTensor,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
         options: ConvOptions<2>,
         relu: bool,
-    ) -> CubeTensor {
-        forward(&Layer::Conv(options), x, weight, bias, relu)
+    ) -> FloatTensor<Self> {
+        Cube::layer_forward(&Layer::Conv(options), x, weight, bias, relu)
     }
 
     fn conv_transpose_keeping_output(
-        x: CubeTensor,
-        weight: CubeTensor,
-        bias: CubeTensor,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
         options: ConvTransposeOptions<2>,
         relu: bool,
-    ) -> CubeTensor {
-        forward(&Layer::Transpose(options), x, weight, bias, relu)
-    }
-}
-
-#[derive(Debug)]
-struct LayerBackward;
-
-/// The input and weight by checkpoint id, and the output when a ReLU was applied (its sign
-/// is the ReLU's gradient mask; it shares the buffer the next layer keeps as its input).
-#[derive(Debug, Clone)]
-struct State {
-    x: NodeId,
-    weight: NodeId,
-    relu_output: Option<CubeTensor>,
-    layer: Layer,
-}
-
-impl Backward<Cube, 3> for LayerBackward {
-    type State = State;
-
-    fn backward(self, ops: Ops<State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
-        let [node_x, node_weight, node_bias] = ops.parents;
-        let dy = grads.consume::<Cube>(&ops.node);
-        let state = ops.state;
-        let dy = match state.relu_output {
-            Some(y) => Cube::relu_backward(y, dy),
-            None => dy,
-        };
-        let x: CubeTensor = checkpointer.retrieve_node_output(state.x);
-        let weight: CubeTensor = checkpointer.retrieve_node_output(state.weight);
-        if let Some(node) = node_bias {
-            // Both layers' bias gradient: the output gradient summed over batch and space.
-            let channels = dy.shape()[1];
-            let db = Cube::float_sum_dim(dy.clone(), 0);
-            let db = Cube::float_sum_dim(Cube::float_sum_dim(db, 2), 3);
-            grads.register::<Cube>(node.id, Cube::float_reshape(db, [channels].into()));
-        }
-        match state.layer {
-            Layer::Conv(options) => {
-                if let Some(node) = node_weight {
-                    let dw = Cube::conv2d_weight_backward(
-                        x.clone(),
-                        weight.clone(),
-                        dy.clone(),
-                        options.clone(),
-                    );
-                    grads.register::<Cube>(node.id, dw);
-                }
-                if let Some(node) = node_x {
-                    grads
-                        .register::<Cube>(node.id, Cube::conv2d_x_backward(x, weight, dy, options));
-                }
-            }
-            Layer::Transpose(options) => {
-                if let Some(node) = node_weight {
-                    let dw = Cube::conv_transpose2d_weight_backward(
-                        x,
-                        weight.clone(),
-                        dy.clone(),
-                        options.clone(),
-                    );
-                    grads.register::<Cube>(node.id, dw);
-                }
-                if let Some(node) = node_x {
-                    let dx = Cube::conv_transpose2d_x_backward(weight, dy, options);
-                    grads.register::<Cube>(node.id, dx);
-                }
-            }
-        }
-    }
-}
-
-fn tracked<C: CheckpointStrategy>(
-    layer: Layer,
-    x: FloatTensor<Autodiff<Cube, C>>,
-    weight: FloatTensor<Autodiff<Cube, C>>,
-    bias: FloatTensor<Autodiff<Cube, C>>,
-    relu: bool,
-) -> FloatTensor<Autodiff<Cube, C>> {
-    match LayerBackward
-        .prepare::<C>([x.node(), weight.node(), bias.node()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(mut prep) => {
-            let (x_id, weight_id) = (prep.checkpoint(&x), prep.checkpoint(&weight));
-            let y = forward(
-                &layer,
-                x.into_primitive(),
-                weight.into_primitive(),
-                bias.into_primitive(),
-                relu,
-            );
-            let state = State {
-                x: x_id,
-                weight: weight_id,
-                relu_output: relu.then(|| y.clone()),
-                layer,
-            };
-            prep.finish(state, y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(
-            &layer,
-            x.into_primitive(),
-            weight.into_primitive(),
-            bias.into_primitive(),
-            relu,
-        )),
+    ) -> FloatTensor<Self> {
+        Cube::layer_forward(&Layer::Transpose(options), x, weight, bias, relu)
     }
 }
 
@@ -204,7 +125,7 @@ impl<C: CheckpointStrategy> OutputOnlyLayers for Autodiff<Cube, C> {
         options: ConvOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<C>(Layer::Conv(options), x, weight, bias, relu)
+        tracked::<Cube, C>(Layer::Conv(options), x, weight, bias, relu)
     }
 
     fn conv_transpose_keeping_output(
@@ -214,11 +135,11 @@ impl<C: CheckpointStrategy> OutputOnlyLayers for Autodiff<Cube, C> {
         options: ConvTransposeOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<C>(Layer::Transpose(options), x, weight, bias, relu)
+        tracked::<Cube, C>(Layer::Transpose(options), x, weight, bias, relu)
     }
 }
 
-/// Whether `device` is a cubecl device (these layers run there), f32 or not.
+/// Whether `device` is a cubecl device (these layers run there).
 pub fn runs_on(device: &Device) -> bool {
     use burn::backend::DispatchDevice;
     matches!(
@@ -227,7 +148,7 @@ pub fn runs_on(device: &Device) -> bool {
     )
 }
 
-/// `relu(conv2d(x, weight) + bias)` (or without the ReLU) on a cubecl device.
+/// `relu(conv2d(x, weight) + bias)` (or without the ReLU) on a cubecl device, f32.
 pub fn conv(
     x: Tensor<4>,
     weight: Tensor<4>,

@@ -18,6 +18,8 @@ pub mod cpu_kernels;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod gpu_layers;
 pub mod nearest_code;
+#[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
+mod output_only;
 
 /// The shape of the default model; the values are MODEL.md's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -7,16 +7,14 @@
 //! burn's default computes a weight gradient as a convolution with batch and channels
 //! swapped, GEMMs of 9-16 rows (gemm's narrow `x1x6` micro-kernel was 14% of a step's
 //! samples); weight gradients took about 40% of a CPU training step (docs/BENCHMARKS.md).
-//! Only flex implements the extension: other devices keep burn's convolutions (see
-//! `model::conv`).
+//! The autodiff side, one op per layer keeping only its output, is shared with the GPU
+//! layers (`model::output_only`). Only flex implements this extension: other devices keep
+//! burn's convolutions or their own forms (see `model::conv`).
 
 pub mod unfold;
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::ModuleOps;
 use burn::backend::tensor::FloatTensor;
@@ -24,6 +22,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{DType, Shape, Tensor, TensorData};
 
+use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
 use rayon::prelude::*;
 use unfold::{Wanted, Window};
 
@@ -51,41 +50,39 @@ pub trait UnfoldedConv: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// Which of the two layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Conv,
-    Transpose,
-}
-
 /// Elements per rayon task in the elementwise passes: large enough to amortise a task,
 /// small enough to split a micro-batch's activations over the threads.
 const CHUNK: usize = 1 << 14;
 
+/// The model's layers as [`Layer`]s: square kernels, equal stride and padding on both axes.
+fn conv_layer(stride: usize, padding: usize) -> Layer {
+    Layer::Conv(ConvOptions::new([stride; 2], [padding; 2], [1; 2], 1))
+}
+
+fn transpose_layer(stride: usize, padding: usize) -> Layer {
+    Layer::Transpose(ConvTransposeOptions::new(
+        [stride; 2],
+        [padding; 2],
+        [0; 2],
+        [1; 2],
+        1,
+    ))
+}
+
 /// Flex's own layer without bias, then one parallel pass over the output in place: the
 /// bias added and, when `relu`, the ReLU.
 fn forward(
-    kind: Kind,
+    layer: &Layer,
     x: FlexTensor,
     weight: FlexTensor,
     bias: FlexTensor,
-    stride: usize,
-    padding: usize,
     relu: bool,
 ) -> FlexTensor {
-    let y = match kind {
-        Kind::Conv => <Flex as ModuleOps<Flex>>::conv2d(
-            x,
-            weight,
-            None,
-            ConvOptions::new([stride; 2], [padding; 2], [1; 2], 1),
-        ),
-        Kind::Transpose => <Flex as ModuleOps<Flex>>::conv_transpose2d(
-            x,
-            weight,
-            None,
-            ConvTransposeOptions::new([stride; 2], [padding; 2], [0; 2], [1; 2], 1),
-        ),
+    let y = match layer {
+        Layer::Conv(options) => <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone()),
+        Layer::Transpose(options) => {
+            <Flex as ModuleOps<Flex>>::conv_transpose2d(x, weight, None, options.clone())
+        }
     };
     bias_and_relu(y, &contiguous(&bias), relu)
 }
@@ -129,7 +126,7 @@ impl UnfoldedConv for Flex {
         padding: usize,
         relu: bool,
     ) -> FlexTensor {
-        forward(Kind::Conv, x, weight, bias, stride, padding, relu)
+        forward(&conv_layer(stride, padding), x, weight, bias, relu)
     }
 
     fn unfolded_conv_transpose(
@@ -140,7 +137,7 @@ impl UnfoldedConv for Flex {
         padding: usize,
         relu: bool,
     ) -> FlexTensor {
-        forward(Kind::Transpose, x, weight, bias, stride, padding, relu)
+        forward(&transpose_layer(stride, padding), x, weight, bias, relu)
     }
 }
 
@@ -167,36 +164,31 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
     [shape[0], shape[1], shape[2], shape[3]]
 }
 
-#[derive(Debug)]
-struct LayerBackward;
+impl LayerKernels for Flex {
+    fn layer_forward(
+        layer: &Layer,
+        x: FlexTensor,
+        weight: FlexTensor,
+        bias: FlexTensor,
+        relu: bool,
+    ) -> FlexTensor {
+        forward(layer, x, weight, bias, relu)
+    }
 
-/// What backward needs: the inputs' checkpoint ids, the output when a ReLU was applied
-/// (its sign is the ReLU's gradient mask), stride, padding and the kind.
-#[derive(Debug, Clone)]
-struct State {
-    x: NodeId,
-    weight: NodeId,
-    relu_output: Option<FlexTensor>,
-    stride: usize,
-    padding: usize,
-    kind: Kind,
-}
-
-impl Backward<Flex, 3> for LayerBackward {
-    type State = State;
-
-    fn backward(self, ops: Ops<State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
-        let [node_x, node_weight, node_bias] = ops.parents;
-        let dy = grads.consume::<Flex>(&ops.node);
-        let state = ops.state;
-        let x: FlexTensor = checkpointer.retrieve_node_output(state.x);
-        let weight: FlexTensor = checkpointer.retrieve_node_output(state.weight);
+    /// The ReLU's mask and the bias sums in one parallel pass over `dy`, then [`unfold`]'s
+    /// kernels for the input and weight gradients.
+    fn layer_backward(
+        layer: &Layer,
+        x: FlexTensor,
+        weight: FlexTensor,
+        dy: FlexTensor,
+        relu_output: Option<FlexTensor>,
+        wanted: WantedGradients,
+    ) -> LayerGradients<Self> {
         let [_, out_channels, oh, ow] = dims4(&dy);
         let plane = oh * ow;
         let mut dy = writable(dy);
-        // The ReLU's gradient (zero where the output was not positive) and each plane's
-        // sum for the bias, in one parallel pass.
-        let relu_output = state.relu_output.as_ref().map(contiguous);
+        let relu_output = relu_output.as_ref().map(contiguous);
         let mut sums = vec![0.0f32; dy.shape().num_elements() / plane.max(1)];
         dy.storage_mut::<f32>()
             .par_chunks_mut(plane)
@@ -213,95 +205,55 @@ impl Backward<Flex, 3> for LayerBackward {
                 }
                 *sum = grads.iter().sum();
             });
-        if let Some(node) = node_bias {
+        let db = wanted.bias.then(|| {
             let mut db = vec![0.0f32; out_channels];
             for (i, s) in sums.iter().enumerate() {
                 db[i % out_channels] += s;
             }
-            grads.register::<Flex>(node.id, tensor(db, Shape::new([out_channels])));
-        }
+            tensor(db, Shape::new([out_channels]))
+        });
         let [_, cin, height, width] = dims4(&x);
         let [w0, w1, kernel, _] = dims4(&weight);
-        let wanted = Wanted {
-            input: node_x.is_some(),
-            weight: node_weight.is_some(),
+        let (stride, padding) = match layer {
+            Layer::Conv(o) => (o.stride[0], o.padding[0].0),
+            Layer::Transpose(o) => (o.stride[0], o.padding[0]),
+        };
+        let unfold_wanted = Wanted {
+            input: wanted.input,
+            weight: wanted.weight,
         };
         let (x_values, w_values, dy) = (contiguous(&x), contiguous(&weight), contiguous(&dy));
         // The large side is a convolution's input and a transpose convolution's output.
-        let (large, small, large_channels) = match state.kind {
-            Kind::Conv => ([height, width], [oh, ow], cin),
-            Kind::Transpose => ([oh, ow], [height, width], w1),
+        let (large, small, large_channels) = match layer {
+            Layer::Conv(_) => ([height, width], [oh, ow], cin),
+            Layer::Transpose(_) => ([oh, ow], [height, width], w1),
         };
         let window = Window {
             channels: large_channels,
             large,
             small,
             kernel,
-            stride: state.stride,
-            padding: state.padding,
-        };
-        let (dx, dw) = match state.kind {
-            Kind::Conv => unfold::conv_backward(window, &x_values, &w_values, &dy, w0, wanted),
-            Kind::Transpose => {
-                unfold::conv_transpose_backward(window, &x_values, &w_values, &dy, cin, wanted)
-            }
-        };
-        if let (Some(node), Some(dx)) = (node_x, dx) {
-            grads.register::<Flex>(node.id, tensor(dx, x.shape()));
-        }
-        if let (Some(node), Some(dw)) = (node_weight, dw) {
-            grads.register::<Flex>(node.id, tensor(dw, weight.shape()));
-        }
-    }
-}
-
-/// The autodiff side of both layers.
-#[allow(clippy::too_many_arguments)]
-fn tracked<C: CheckpointStrategy>(
-    kind: Kind,
-    x: FloatTensor<Autodiff<Flex, C>>,
-    weight: FloatTensor<Autodiff<Flex, C>>,
-    bias: FloatTensor<Autodiff<Flex, C>>,
-    stride: usize,
-    padding: usize,
-    relu: bool,
-) -> FloatTensor<Autodiff<Flex, C>> {
-    match LayerBackward
-        .prepare::<C>([x.node(), weight.node(), bias.node()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(mut prep) => {
-            let (x_id, weight_id) = (prep.checkpoint(&x), prep.checkpoint(&weight));
-            let y = forward(
-                kind,
-                x.into_primitive(),
-                weight.into_primitive(),
-                bias.into_primitive(),
-                stride,
-                padding,
-                relu,
-            );
-            let state = State {
-                x: x_id,
-                weight: weight_id,
-                // Shares the output's buffer; the next layer keeps it alive anyway.
-                relu_output: relu.then(|| y.clone()),
-                stride,
-                padding,
-                kind,
-            };
-            prep.finish(state, y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(
-            kind,
-            x.into_primitive(),
-            weight.into_primitive(),
-            bias.into_primitive(),
             stride,
             padding,
-            relu,
-        )),
+        };
+        let (dx, dw) = match layer {
+            Layer::Conv(_) => {
+                unfold::conv_backward(window, &x_values, &w_values, &dy, w0, unfold_wanted)
+            }
+            Layer::Transpose(_) => unfold::conv_transpose_backward(
+                window,
+                &x_values,
+                &w_values,
+                &dy,
+                cin,
+                unfold_wanted,
+            ),
+        };
+        [
+            dx.map(|dx| tensor(dx, x.shape())),
+            dw.map(|dw| tensor(dw, weight.shape())),
+            db,
+        ]
     }
 }
 
@@ -314,7 +266,7 @@ impl<C: CheckpointStrategy> UnfoldedConv for Autodiff<Flex, C> {
         padding: usize,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<C>(Kind::Conv, x, weight, bias, stride, padding, relu)
+        tracked::<Flex, C>(conv_layer(stride, padding), x, weight, bias, relu)
     }
 
     fn unfolded_conv_transpose(
@@ -325,7 +277,7 @@ impl<C: CheckpointStrategy> UnfoldedConv for Autodiff<Flex, C> {
         padding: usize,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<C>(Kind::Transpose, x, weight, bias, stride, padding, relu)
+        tracked::<Flex, C>(transpose_layer(stride, padding), x, weight, bias, relu)
     }
 }
 
