@@ -12,7 +12,7 @@ use burn::backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Cube, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{Device, Tensor};
 
 use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
 
@@ -148,7 +148,8 @@ pub fn runs_on(device: &Device) -> bool {
     )
 }
 
-/// `relu(conv2d(x, weight) + bias)` (or without the ReLU) on a cubecl device, f32.
+/// `relu(conv2d(x, weight) + bias)` (or without the ReLU) on a cubecl device, in the
+/// precision of its inputs (mixed precision casts the weights before).
 pub fn conv(
     x: Tensor<4>,
     weight: Tensor<4>,
@@ -156,7 +157,6 @@ pub fn conv(
     options: ConvOptions<2>,
     relu: bool,
 ) -> Tensor<4> {
-    debug_assert_eq!(x.dtype(), DType::F32);
     Tensor::from_dispatch(burn::backend::Dispatch::conv_keeping_output(
         x.into_dispatch(),
         weight.into_dispatch(),

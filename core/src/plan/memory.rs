@@ -135,7 +135,7 @@ pub fn parameter_count(model: &VqAutoencoderConfig) -> u64 {
 }
 
 /// How a backend computes the model, as far as memory goes: which forms of its layers and
-/// quantizer run (`model::LayerForms::Auto` picks them per device; f32 only).
+/// quantizer run (`model::LayerForms::Auto` picks them per device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepForms {
@@ -150,13 +150,12 @@ pub enum StepForms {
 }
 
 impl StepForms {
-    /// The forms a training step on `backend` in `precision` runs.
+    /// The forms a training step on `backend` in `precision` runs (flex's kernels are
+    /// f32 only; the quantizer is f32 in every precision).
     pub fn of(backend: BackendKind, precision: Precision) -> Self {
-        if precision != Precision::F32 {
-            return Self::Plain;
-        }
         match backend {
-            BackendKind::Flex => Self::FlexKernels,
+            BackendKind::Flex if precision == Precision::F32 => Self::FlexKernels,
+            BackendKind::Flex => Self::Plain,
             BackendKind::Wgpu => Self::CubeLayers {
                 nearest_code_kernel: true,
             },
