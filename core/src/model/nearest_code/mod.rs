@@ -3,9 +3,10 @@
 //! Two forms with one answer. The plain form is tensor code any backend runs: the
 //! `[positions x codes]` matrix of squared distances, then its argmin. On a wgpu device the
 //! fused form runs `shaders/`'s WGSL kernel instead (through a burn backend extension,
-//! [`wgsl`]), which keeps a running minimum per position and never builds that matrix: at
-//! 512 codes the matrix and the temporaries around it are several times the latents' size
-//! (`docs/BENCHMARKS.md`, "The quantizer on wgpu").
+//! [`wgsl`]), which keeps a running minimum per position and never builds that matrix (8x
+//! the latents' size at 512 codes of 64 values). In training the matrix is transient, and
+//! the kernel does not lower a step's peak at the sizes measured (`docs/BENCHMARKS.md`,
+//! "Memory of a step on wgpu").
 
 #[cfg(feature = "wgpu")]
 mod wgsl;
@@ -43,7 +44,7 @@ pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
     #[cfg(feature = "wgpu")]
     {
         let [positions, dim] = latents.dims();
-        is_wgpu(&latents.device())
+        fused_on(&latents.device())
             && latents.dtype() == burn::tensor::DType::F32
             && codebook.dtype() == burn::tensor::DType::F32
             && codebook.dims()[1] == dim
@@ -56,12 +57,8 @@ pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
     }
 }
 
-/// Whether the fused kernel would run for the model's quantizer on `device`.
+/// Whether the fused kernel would run for the model's quantizer on `device`: a wgpu device.
 pub fn fused_on(device: &Device) -> bool {
-    is_wgpu(device)
-}
-
-fn is_wgpu(device: &Device) -> bool {
     #[cfg(feature = "wgpu")]
     {
         use burn::backend::{CubeDevice, DispatchDevice};

@@ -33,10 +33,11 @@ pub trait NearestCode: burn::backend::Backend {
     ) -> IntTensor<Self>;
 }
 
-/// Whether one launch covers `positions` latents of width `dim`.
+/// Whether one launch covers `positions` latents of width `dim` (an empty launch is left
+/// to the plain path).
 pub(super) fn fits(positions: usize, dim: usize) -> bool {
     (1..=NEAREST_CODE_MAX_DIM as usize).contains(&dim)
-        && positions.div_ceil(NEAREST_CODE_WORKGROUP as usize) <= MAX_WORKGROUPS
+        && (1..=MAX_WORKGROUPS).contains(&positions.div_ceil(NEAREST_CODE_WORKGROUP as usize))
 }
 
 pub(super) fn nearest_codes(latents: Tensor<2>, codebook: Tensor<2>) -> Tensor<1, Int> {
@@ -73,9 +74,15 @@ impl NearestCode for Cube {
         let [positions, dim] = [latents.meta.shape()[0], latents.meta.shape()[1]];
         let codes = codebook.meta.shape()[0];
         assert!(
-            fits(positions, dim) && latents.dtype == DType::F32 && codebook.dtype == DType::F32,
-            "nearest_code: {positions} x {dim} {:?} latents are outside the kernel's range",
-            latents.dtype
+            fits(positions, dim)
+                && codebook.meta.shape()[1] == dim
+                && latents.dtype == DType::F32
+                && codebook.dtype == DType::F32,
+            "nearest_code: {positions} x {dim} {:?} latents against a {:?} {:?} codebook are \
+             outside the kernel's range (model::nearest_code::fused_runs says which run)",
+            latents.dtype,
+            codebook.meta.shape(),
+            codebook.dtype
         );
         let client = latents.client.clone();
         let indices = client.empty(positions * size_of::<u32>());
