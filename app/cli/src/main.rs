@@ -35,10 +35,9 @@ fn main() -> Result<()> {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // wgpu-hal logs every API it fails to open while enumerating (e.g. GL without
-                // a display) as an error; the probe reports what matters in its own words.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wgpu_hal=off")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(headroom_core::probe::DEFAULT_LOG_FILTER)
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
 
+/// The log filter both front-ends use when `RUST_LOG` is not set: warnings, and nothing
+/// from wgpu-hal, which logs every graphics API it fails to open while the probe enumerates
+/// adapters (GL without a display, say) as an error; the probe reports what matters in its
+/// own words.
+pub const DEFAULT_LOG_FILTER: &str = "warn,wgpu_hal=off";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceClass {
