@@ -80,4 +80,52 @@ fn freed_buffers_are_reused_without_page_faults() {
         large_blocks::kept_bytes()
     );
     drop(larger);
+
+    // A fresh large block is backed by 2 MiB pages where the system leaves that to the
+    // program (`madvise`, as here) or does it anyway (`always`).
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.contains("[never]") || thp.is_empty() {
+        eprintln!("transparent huge pages are off on this system: nothing to check");
+        return;
+    }
+    // Larger than anything before, and than glibc's thread-arena heaps (64 MiB), so that
+    // it is a fresh mapping and not memory this test already faulted in.
+    let before = minor_faults();
+    let fresh = vec![5u8; 200 << 20];
+    let faults = minor_faults() - before;
+    // The middle: madvise covers whole pages only, so the first page is a mapping of its own.
+    let huge = anon_huge_kib(fresh.as_ptr() as usize + (100 << 20));
+    assert!(
+        huge > 0,
+        "no huge pages behind a fresh 200 MiB block ({thp})"
+    );
+    // 51,200 faults with 4 KiB pages; 100 with 2 MiB ones, plus the block's unaligned ends.
+    assert!(faults < 51_200 / 10, "{faults} faults to fill 200 MiB");
+    drop(fresh);
+}
+
+/// `AnonHugePages` of the mapping that holds `address`, from /proc/self/smaps.
+fn anon_huge_kib(address: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ')
+            && let Some((start, end)) = range.split_once('-')
+            && let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            )
+        {
+            inside = (start..end).contains(&address);
+        } else if inside && let Some(kib) = line.strip_prefix("AnonHugePages:") {
+            return kib
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+        }
+    }
+    0
 }

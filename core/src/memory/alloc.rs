@@ -55,9 +55,11 @@ impl<A> CountingAllocator<A> {
 // that layout, and only once. The counters only observe sizes.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = self
-            .kept_block(layout)
-            .unwrap_or_else(|| unsafe { self.0.alloc(layout) });
+        let ptr = self.kept_block(layout).unwrap_or_else(|| {
+            let ptr = unsafe { self.0.alloc(layout) };
+            large_blocks::advise_huge_pages(ptr, layout.size());
+            ptr
+        });
         if !ptr.is_null() {
             Self::grew(layout.size());
         }
@@ -71,7 +73,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
                 ptr.write_bytes(0, layout.size());
                 ptr
             },
-            None => unsafe { self.0.alloc_zeroed(layout) },
+            None => {
+                let ptr = unsafe { self.0.alloc_zeroed(layout) };
+                large_blocks::advise_huge_pages(ptr, layout.size());
+                ptr
+            }
         };
         if !ptr.is_null() {
             Self::grew(layout.size());
@@ -108,7 +114,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
 /// more patches/s, same peak RSS; mimalloc gave the same speed with 40-70% more RSS.
 ///
 /// Blocks glibc will not keep (over 32 MiB) are kept by the counting allocator itself
-/// ([`large_blocks`]), on every platform.
+/// ([`large_blocks`]), on every platform; on Linux a fresh one is also backed by 2 MiB
+/// pages ([`large_blocks::advise_huge_pages`]): at 1024 patches a step faulted 4.8 GB in
+/// 4 KiB pages, 40% of its CPU time in the kernel.
 ///
 /// Call it first thing in `main`. The process's resident memory then stays at its peak
 /// until exit, which a trainer reaches anyway every step.
