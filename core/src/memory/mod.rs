@@ -51,6 +51,14 @@ pub struct MemoryReading {
     pub reserved_bytes: Option<u64>,
 }
 
+impl MemoryReading {
+    /// What the memory holds from the system: the reserved bytes where a pool reports
+    /// them, else the bytes in use.
+    fn footprint(&self) -> u64 {
+        self.allocated_bytes.max(self.reserved_bytes.unwrap_or(0))
+    }
+}
+
 /// Where the figures come from, so front-ends can label them honestly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -130,7 +138,7 @@ impl MemoryMeter {
             MemorySource::HostAllocator => alloc::reset_peak(),
             _ => {
                 let now = self.read();
-                self.sampled_peak = now.allocated_bytes.max(now.reserved_bytes.unwrap_or(0));
+                self.sampled_peak = now.footprint();
                 self.sampled_in_use_peak = now.allocated_bytes;
             }
         }
@@ -149,10 +157,7 @@ impl MemoryMeter {
     pub fn sample(&mut self) -> MemoryReading {
         let mut reading = self.read();
         if self.source == MemorySource::DevicePool {
-            let footprint = reading
-                .allocated_bytes
-                .max(reading.reserved_bytes.unwrap_or(0));
-            self.sampled_peak = self.sampled_peak.max(footprint);
+            self.sampled_peak = self.sampled_peak.max(reading.footprint());
             self.sampled_in_use_peak = self.sampled_in_use_peak.max(reading.allocated_bytes);
             reading.peak_bytes = self.sampled_peak;
         }
