@@ -69,24 +69,6 @@ fn transpose_layer(stride: usize, padding: usize) -> Layer {
     ))
 }
 
-/// Flex's own layer without bias, then one parallel pass over the output in place: the
-/// bias added and, when `relu`, the ReLU.
-fn forward(
-    layer: &Layer,
-    x: FlexTensor,
-    weight: FlexTensor,
-    bias: FlexTensor,
-    relu: bool,
-) -> FlexTensor {
-    let y = match layer {
-        Layer::Conv(options) => <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone()),
-        Layer::Transpose(options) => {
-            <Flex as ModuleOps<Flex>>::conv_transpose2d(x, weight, None, options.clone())
-        }
-    };
-    bias_and_relu(y, &contiguous(&bias), relu)
-}
-
 fn bias_and_relu(y: FlexTensor, bias: &[f32], relu: bool) -> FlexTensor {
     let [_, channels, h, w] = dims4(&y);
     let plane = h * w;
@@ -126,7 +108,7 @@ impl UnfoldedConv for Flex {
         padding: usize,
         relu: bool,
     ) -> FlexTensor {
-        forward(&conv_layer(stride, padding), x, weight, bias, relu)
+        Flex::layer_forward(&conv_layer(stride, padding), x, weight, bias, relu)
     }
 
     fn unfolded_conv_transpose(
@@ -137,7 +119,7 @@ impl UnfoldedConv for Flex {
         padding: usize,
         relu: bool,
     ) -> FlexTensor {
-        forward(&transpose_layer(stride, padding), x, weight, bias, relu)
+        Flex::layer_forward(&transpose_layer(stride, padding), x, weight, bias, relu)
     }
 }
 
@@ -165,6 +147,8 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
 }
 
 impl LayerKernels for Flex {
+    /// Flex's own layer without bias, then one parallel pass over the output in place: the
+    /// bias added and, when `relu`, the ReLU.
     fn layer_forward(
         layer: &Layer,
         x: FlexTensor,
@@ -172,7 +156,15 @@ impl LayerKernels for Flex {
         bias: FlexTensor,
         relu: bool,
     ) -> FlexTensor {
-        forward(layer, x, weight, bias, relu)
+        let y = match layer {
+            Layer::Conv(options) => {
+                <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone())
+            }
+            Layer::Transpose(options) => {
+                <Flex as ModuleOps<Flex>>::conv_transpose2d(x, weight, None, options.clone())
+            }
+        };
+        bias_and_relu(y, &contiguous(&bias), relu)
     }
 
     /// The ReLU's mask and the bias sums in one parallel pass over `dy`, then [`unfold`]'s
