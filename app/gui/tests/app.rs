@@ -193,6 +193,15 @@ fn a_dataset_with_bad_files_lists_them() {
     harness.get_by_label_contains("normal_id_00_00000009.wav: truncated");
     harness.get_by_label_contains("take 2.wav: the file name does not follow");
     assert_eq!(harness.state().dataset.counts["valve"][&0].train, 4);
+    // The app calibrated on a thread of its own from the start: let that end before the
+    // lock is released, or it allocates during the next test's calibration (the pinning
+    // test once saw a flat memory line that way).
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.calibration.is_some(),
+    );
 }
 
 /// A folder dropped on the window.
