@@ -122,6 +122,13 @@ impl TrainStream {
         self.train.is_empty()
     }
 
+    /// Reads `depth` spectrograms ahead from the next batch on (after the micro-batch
+    /// changed); the read-ahead restarts where that batch begins.
+    pub fn set_depth(&mut self, depth: usize) {
+        self.depth = depth.max(1);
+        self.ahead = None;
+    }
+
     /// The epoch that position `position` of the stream falls in.
     pub fn epoch_of(&self, position: u64) -> u64 {
         position / self.train.len() as u64

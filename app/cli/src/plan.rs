@@ -44,10 +44,14 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
     let planning = crate::train::planning(&args.memory, &args.split, budget.bytes)?;
     let mut events: Vec<Event> = Vec::new();
+    let share = plan::RunShare {
+        resident_bytes: resident,
+        read_ahead: plan::ReadAhead::NONE,
+    };
     let prepared = if args.no_dry_run {
-        plan::unchecked(target, &model, &planning, resident)?
+        plan::unchecked(target, &model, &planning, share)?
     } else {
-        plan::prepare(target, &model, &planning, resident, &mut events)?
+        plan::prepare(target, &model, &planning, share, &mut events)?
     };
     let dry_runs: Vec<&Event> = events
         .iter()
@@ -151,7 +155,7 @@ fn what_if(
                 budget_bytes,
                 ..planning
             }
-            .request(resident_bytes);
+            .request(resident_bytes, plan::ReadAhead::NONE);
             let plan = plan::search(&calibration.memory, &calibration.speed, &request)
                 .map_err(|e| e.to_string());
             Row {
@@ -253,7 +257,7 @@ fn verify(spec: &str, json: bool, target: Target, model: &VqAutoencoderConfig) -
     let configs = parse_configs(spec)?;
     let calibration = plan::calibrate(target, model)?;
     let mut rows = Vec::with_capacity(configs.len());
-    let half = calibration.memory.half.map(|h| h.precision);
+    let half = calibration.memory.half.as_ref().map(|h| h.precision);
     for config in configs {
         let VerifyConfig {
             micro_batch,

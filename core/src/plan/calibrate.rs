@@ -6,7 +6,7 @@ use std::time::Instant;
 use burn::tensor::{Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::memory::{HalfCost, LinearCost, MemoryModel};
+use super::memory::{HalfCost, LinearCost, MeasuredCost, MemoryModel};
 use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
@@ -185,16 +185,15 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
         [] => None,
     };
     let (plain, ckpt) = (pair(false), pair(true));
-    let bytes = |m: &StepMeasurement| m.peak_bytes as f64;
+    let bytes = |ms: &[&StepMeasurement]| {
+        (!ms.is_empty()).then(|| MeasuredCost::new(ms.iter().map(|m| (m.patches, m.peak_bytes as f64))))
+    };
     let secs = |m: &StepMeasurement| m.seconds;
     let memory = MemoryModel {
-        plain: line(&plain, bytes).unwrap_or(LinearCost {
-            fixed: 0.0,
-            per_patch: 0.0,
-        }),
-        checkpointed: line(&ckpt, bytes),
+        plain: bytes(&plain).unwrap_or_default(),
+        checkpointed: bytes(&ckpt),
         half: half.as_ref().and_then(|(p, ms)| {
-            line(ms, bytes).map(|cost| HalfCost {
+            bytes(ms).map(|cost| HalfCost {
                 precision: *p,
                 cost,
             })

@@ -3,10 +3,16 @@
 //! Two layers. The analytic breakdown names where the bytes go (parameters, gradients,
 //! AdamW's two moments, the activations autodiff keeps per patch, the input batch, the
 //! quantizer's distance matrix), from the model's layer shapes. The prediction itself comes
-//! from measurements: real steps at two micro-batch sizes on the device give a fixed cost
-//! and a cost per patch ([`LinearCost::fit`]); what the measured total holds beyond the
-//! analytic parts is the backend's overhead (allocator rounding, im2col buffers, kernels'
-//! workspaces), which no layer table knows.
+//! from measurements: real steps at several micro-batch sizes on the device, read as
+//! straight segments between them ([`MeasuredCost`]); what the measured total holds beyond
+//! the analytic parts is the backend's overhead (allocator rounding, im2col buffers,
+//! kernels' workspaces), which no layer table knows.
+//!
+//! Segments, not one line: on flex the cost per patch is 2.09 MiB between 4 and 16 patches
+//! and 2.42 MiB from 32 patches on (exactly linear from 32 to 512), so a line through two
+//! small calibration steps fell 11% under at the sizes large budgets plan. The planner's
+//! dry-run adds its own step as a point, so a prediction at the plan's size rests on a
+//! measurement there (docs/PLANNER.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -52,23 +58,79 @@ impl LinearCost {
 
 /// A cost measured in one precision.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct HalfCost {
+pub struct HalfCost<C = LinearCost> {
     pub precision: Precision,
-    pub cost: LinearCost,
+    pub cost: C,
+}
+
+/// Bytes measured at several sizes `(patches, bytes)`: between two measured sizes the
+/// straight segment joining them, beyond the ends the nearest segment carried on, with the
+/// same rule as [`LinearCost::fit`] (a falling segment is read as flat). One point is flat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct MeasuredCost {
+    /// Sorted by patches, one per size.
+    pub points: Vec<(usize, f64)>,
+}
+
+impl MeasuredCost {
+    pub fn new(points: impl IntoIterator<Item = (usize, f64)>) -> Self {
+        let mut cost = Self::default();
+        for (patches, bytes) in points {
+            cost.insert(patches, bytes);
+        }
+        cost
+    }
+
+    /// Adds a measurement; one at a size already measured replaces it (the newer step saw
+    /// the process as it is now).
+    pub fn insert(&mut self, patches: usize, bytes: f64) {
+        match self.points.binary_search_by_key(&patches, |p| p.0) {
+            Ok(i) => self.points[i].1 = bytes,
+            Err(i) => self.points.insert(i, (patches, bytes)),
+        }
+    }
+
+    /// The segment a size is read on.
+    pub fn segment(&self, patches: usize) -> LinearCost {
+        let p = &self.points;
+        match p.len() {
+            0 => LinearCost {
+                fixed: 0.0,
+                per_patch: 0.0,
+            },
+            1 => LinearCost {
+                fixed: p[0].1,
+                per_patch: 0.0,
+            },
+            n => {
+                let i = p.partition_point(|q| q.0 < patches).clamp(1, n - 1);
+                LinearCost::fit(p[i - 1], p[i])
+            }
+        }
+    }
+
+    pub fn at(&self, patches: usize) -> f64 {
+        self.segment(patches).at(patches)
+    }
+
+    /// Whether a step of exactly this size was measured.
+    pub fn measured_at(&self, patches: usize) -> bool {
+        self.points.iter().any(|p| p.0 == patches)
+    }
 }
 
 /// Measured memory of a training step on one device, above what the process held before
 /// the model existed (the dataset, on a CPU).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryModel {
     /// f32, no checkpointing.
-    pub plain: LinearCost,
+    pub plain: MeasuredCost,
     /// f32 with burn's balanced gradient checkpointing; `None` when it was not measured.
-    pub checkpointed: Option<LinearCost>,
+    pub checkpointed: Option<MeasuredCost>,
     /// Mixed precision (f16 or bf16 compute), no checkpointing; `None` when the device has
     /// no half precision or it was not measured.
     #[serde(default)]
-    pub half: Option<HalfCost>,
+    pub half: Option<HalfCost<MeasuredCost>>,
     /// Relative margin added to every prediction, so that a prediction errs high.
     pub margin: f64,
 }
@@ -82,19 +144,34 @@ impl MemoryModel {
         precision: Precision,
         checkpointing: bool,
     ) -> Option<u64> {
-        let cost = match (precision, checkpointing) {
-            (Precision::F32, false) => self.plain,
-            (Precision::F32, true) => self.checkpointed?,
-            (p, false) => self.half.filter(|h| h.precision == p)?.cost,
-            (_, true) => return None,
-        };
+        let cost = self.cost(precision, checkpointing)?;
         Some((cost.at(patches).max(0.0) * (1.0 + self.margin)).ceil() as u64)
+    }
+
+    /// The measured cost of one kind of step; `None` for a kind that was not measured.
+    pub fn cost(&self, precision: Precision, checkpointing: bool) -> Option<&MeasuredCost> {
+        match (precision, checkpointing) {
+            (Precision::F32, false) => Some(&self.plain),
+            (Precision::F32, true) => self.checkpointed.as_ref(),
+            (p, false) => self
+                .half
+                .as_ref()
+                .filter(|h| h.precision == p)
+                .map(|h| &h.cost),
+            (_, true) => None,
+        }
+    }
+
+    /// Whether a step of this kind and size was measured (a calibration or dry-run step).
+    pub fn measured_at(&self, patches: usize, precision: Precision, checkpointing: bool) -> bool {
+        self.cost(precision, checkpointing)
+            .is_some_and(|c| c.measured_at(patches))
     }
 
     /// The precisions this model can predict, f32 first.
     pub fn precisions(&self) -> Vec<Precision> {
         std::iter::once(Precision::F32)
-            .chain(self.half.map(|h| h.precision))
+            .chain(self.half.as_ref().map(|h| h.precision))
             .collect()
     }
 }
@@ -109,7 +186,8 @@ pub struct Breakdown {
     /// What autodiff keeps for backward, for the micro-batch.
     pub activations: u64,
     /// The micro-batch's input patches and the quantizer's distance matrix (none where
-    /// wgpu's nearest-code kernel runs).
+    /// wgpu's nearest-code kernel runs); in a run's plan on a CPU also the train stream's
+    /// read-ahead.
     pub data: u64,
     /// The measured prediction minus the parts above (allocator and kernel workspaces).
     pub overhead: u64,
@@ -264,17 +342,11 @@ mod tests {
     #[test]
     fn the_margin_only_raises_predictions_and_checkpointing_needs_a_measurement() {
         let model = MemoryModel {
-            plain: LinearCost {
-                fixed: 100.0,
-                per_patch: 10.0,
-            },
+            plain: MeasuredCost::new([(0, 100.0), (10, 200.0)]),
             checkpointed: None,
             half: Some(HalfCost {
                 precision: Precision::F16,
-                cost: LinearCost {
-                    fixed: 100.0,
-                    per_patch: 5.0,
-                },
+                cost: MeasuredCost::new([(0, 100.0), (10, 150.0)]),
             }),
             margin: 0.02,
         };
@@ -283,6 +355,29 @@ mod tests {
         assert_eq!(model.predict(10, Precision::F16, false), Some(153));
         assert_eq!(model.predict(10, Precision::Bf16, false), None);
         assert_eq!(model.precisions(), [Precision::F32, Precision::F16]);
+    }
+
+    /// The shape flex measured: 2.09 MiB a patch up to 16 patches, 2.42 from 32 on. Each
+    /// size is read on the segment around it, and beyond the last point on the last segment.
+    #[test]
+    fn a_measured_cost_reads_each_size_between_its_neighbours() {
+        let mib = |x: f64| x * 1_048_576.0;
+        let mut cost = MeasuredCost::new([(16, mib(44.1)), (4, mib(19.0))]);
+        assert_eq!(cost.points[0].0, 4, "sorted");
+        // From the two small steps alone, 256 patches is predicted 11% low.
+        let line_only = cost.at(256);
+        cost.insert(64, mib(159.4));
+        cost.insert(512, mib(1242.7));
+        assert!((cost.at(10) - mib(31.55)).abs() < mib(0.01));
+        assert!((cost.at(256) - mib(623.7)).abs() < mib(0.5), "{}", cost.at(256) / mib(1.0));
+        assert!(line_only < 0.9 * cost.at(256));
+        assert!((cost.at(1024) - mib(2480.9)).abs() < mib(1.0));
+        assert!((cost.at(1) - mib(12.7)).abs() < mib(0.1));
+        assert!(cost.measured_at(64) && !cost.measured_at(63));
+        cost.insert(64, mib(160.0));
+        assert_eq!(cost.points.len(), 4, "a size measured again replaces its point");
+        assert_eq!(MeasuredCost::new([(8, 5.0)]).at(100), 5.0);
+        assert_eq!(MeasuredCost::new([(4, 10.0), (8, 9.0)]).at(100), 10.0);
     }
 
     #[test]

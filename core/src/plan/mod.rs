@@ -7,16 +7,19 @@
 pub mod calibrate;
 pub mod devices;
 pub mod memory;
+pub mod read_ahead;
 pub mod search;
 
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, measure_step};
-pub use memory::{Breakdown, HalfCost, LinearCost, MemoryModel, StepForms};
+pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel, StepForms};
+pub use read_ahead::ReadAhead;
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
+use crate::memory::MemoryMeter;
 use crate::model::{LayerForms, VqAutoencoderConfig};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
@@ -32,13 +35,15 @@ pub struct Planning {
 }
 
 impl Planning {
-    /// The search's request, with what is already in use on the device.
-    pub fn request(&self, resident_bytes: u64) -> PlanRequest {
+    /// The search's request, with what is already in use on the device and what the run's
+    /// read-ahead will hold beside its steps.
+    pub fn request(&self, resident_bytes: u64, read_ahead: ReadAhead) -> PlanRequest {
         PlanRequest {
             budget_bytes: self.budget_bytes,
             resident_bytes,
             effective_batch: self.effective_batch,
             fixed: self.fixed,
+            read_ahead,
         }
     }
 }
@@ -73,7 +78,8 @@ pub fn report(plan: &Plan, breakdown: Breakdown, calibration: &Calibration) -> P
     }
 }
 
-/// The breakdown of a plan's step.
+/// The breakdown of a plan's step; what the plan predicts beyond the step and the resident
+/// bytes (the read-ahead) shows as data.
 pub fn breakdown_of(
     model: &VqAutoencoderConfig,
     plan: &Plan,
@@ -88,18 +94,46 @@ pub fn breakdown_of(
             plan.checkpointing,
         )
         .unwrap_or(0);
+    let beside = plan
+        .predicted_peak_bytes
+        .saturating_sub(resident_bytes + predicted);
     let forms = match model.forms {
         LayerForms::Auto => StepForms::of(calibration.backend, plan.precision),
         LayerForms::Plain => StepForms::Plain,
     };
-    memory::breakdown(
+    let mut b = memory::breakdown(
         model,
         forms,
         plan.patches_per_micro_batch(),
         predicted,
         resident_bytes,
         plan.budget_bytes,
-    )
+    );
+    b.data += beside;
+    b.free = b.free.saturating_sub(beside);
+    b
+}
+
+/// What a run holds beside its steps: in use before the plan (the dataset on a CPU) and the
+/// read-ahead, which grows with the micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunShare {
+    pub resident_bytes: u64,
+    pub read_ahead: ReadAhead,
+}
+
+/// Bytes in use on the device now: after calibration this holds what the process set up
+/// for its life in its first steps (thread pools, kernels' per-thread buffers), which the
+/// run's steps find in place and the calibration steps measured from.
+fn in_use_now(target: Target) -> u64 {
+    target
+        .device()
+        .map(|device| {
+            let mut meter = MemoryMeter::new(target.backend, &device);
+            meter.cleanup();
+            meter.sample().allocated_bytes
+        })
+        .unwrap_or(0)
 }
 
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
@@ -107,15 +141,16 @@ pub fn unchecked(
     target: Target,
     model: &VqAutoencoderConfig,
     planning: &Planning,
-    resident_bytes: u64,
+    share: RunShare,
 ) -> Result<Prepared, PlanningError> {
     let calibration = calibrate(target, model)?;
+    let resident = share.resident_bytes.max(in_use_now(target));
     let plan = search(
         &calibration.memory,
         &calibration.speed,
-        &planning.request(resident_bytes),
+        &planning.request(resident, share.read_ahead),
     )?;
-    let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration);
+    let breakdown = breakdown_of(model, &plan, resident, &calibration);
     Ok(Prepared {
         plan,
         breakdown,
@@ -123,24 +158,36 @@ pub fn unchecked(
     })
 }
 
-/// Calibrates on the device, searches, and checks the plan with a real step at its size;
-/// a step above the budget refits the memory line through what it measured and searches
-/// again. Reports a `dry_run` event per try and the final `plan` event.
+/// Calibrates on the device, searches, and checks the plan with a real step at its size.
+/// Every dry-run becomes a point of the memory model, so the next search reads the plan's
+/// size from a measurement there; a plan is taken once its own size was measured and it
+/// still fits. Reports a `dry_run` event per measured step and the final `plan` event.
 pub fn prepare(
     target: Target,
     model: &VqAutoencoderConfig,
     planning: &Planning,
-    resident_bytes: u64,
+    share: RunShare,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
     let mut calibration = calibrate(target, model)?;
-    let request = planning.request(resident_bytes);
+    let resident = share.resident_bytes.max(in_use_now(target));
+    let request = planning.request(resident, share.read_ahead);
     let mut last = String::new();
+    // The most recent measured plan that fitted: taken if the tries run out.
+    let mut fallback: Option<Plan> = None;
     for attempt in 1..=MAX_DRY_RUNS {
         let plan = search(&calibration.memory, &calibration.speed, &request)?;
         let patches = plan.patches_per_micro_batch();
+        if calibration
+            .memory
+            .measured_at(patches, plan.precision, plan.checkpointing)
+            && attempt > 1
+        {
+            return Ok(accept(model, plan, resident, calibration, sink));
+        }
         let measured = measure_step(target, model, patches, plan.precision, plan.checkpointing)?;
-        let measured_peak = resident_bytes + measured.peak_bytes;
+        let beside = resident + share.read_ahead.bytes(plan.micro_batch);
+        let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
         sink.emit(Event::DryRun(DryRunReport {
             attempt,
@@ -154,44 +201,55 @@ pub fn prepare(
             budget_bytes: planning.budget_bytes,
             fits,
         }));
+        learn(&mut calibration, measured);
         if fits {
-            let breakdown = breakdown_of(model, &plan, resident_bytes, &calibration);
-            sink.emit(Event::Plan(report(&plan, breakdown, &calibration)));
-            return Ok(Prepared {
-                plan,
-                breakdown,
-                calibration,
-            });
+            fallback = Some(plan.clone());
+        } else {
+            last = format!(
+                "{}, measured {} of {}",
+                plan.reason,
+                crate::memory::human(measured_peak),
+                crate::memory::human(planning.budget_bytes)
+            );
         }
-        last = format!(
-            "{}, measured {} of {}",
-            plan.reason,
-            crate::memory::human(measured_peak),
-            crate::memory::human(planning.budget_bytes)
-        );
-        refit(&mut calibration, measured);
     }
-    Err(PlanningError::DryRunsFailed(last))
+    // Out of tries: the last plan that fitted, re-predicted from what was measured.
+    let refitted = search(&calibration.memory, &calibration.speed, &request)?;
+    match fallback {
+        Some(plan)
+            if calibration.memory.measured_at(
+                refitted.patches_per_micro_batch(),
+                refitted.precision,
+                refitted.checkpointing,
+            ) || refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch() =>
+        {
+            Ok(accept(model, refitted, resident, calibration, sink))
+        }
+        _ => Err(PlanningError::DryRunsFailed(last)),
+    }
 }
 
-/// Replaces the calibration point nearest to a failed dry-run's size with the dry-run
-/// itself, so the next search sees the cost that was measured there.
-fn refit(calibration: &mut Calibration, measured: StepMeasurement) {
-    let ms = &mut calibration.measurements;
-    let same_kind: Vec<usize> = (0..ms.len())
-        .filter(|&i| {
-            ms[i].checkpointing == measured.checkpointing && ms[i].precision == measured.precision
-        })
-        .collect();
-    if let Some(&replace) = same_kind
-        .iter()
-        .max_by_key(|&&i| ms[i].patches.min(measured.patches))
-    {
-        ms[replace] = measured;
-    } else {
-        ms.push(measured);
+/// Reports a plan whose size was measured, with its breakdown.
+fn accept(
+    model: &VqAutoencoderConfig,
+    plan: Plan,
+    resident: u64,
+    calibration: Calibration,
+    sink: &mut dyn EventSink,
+) -> Prepared {
+    let breakdown = breakdown_of(model, &plan, resident, &calibration);
+    sink.emit(Event::Plan(report(&plan, breakdown, &calibration)));
+    Prepared {
+        plan,
+        breakdown,
+        calibration,
     }
-    let refitted = calibrate::fit(calibration.backend, ms.clone());
-    // Only the memory line learns from a dry-run; its timing is one step, not a fit.
+}
+
+/// Adds a measured step to the calibration's memory model (a step of a size already
+/// measured replaces that point). Only memory learns: its timing is one step, not a fit.
+pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
+    calibration.measurements.push(measured);
+    let refitted = calibrate::fit(calibration.backend, calibration.measurements.clone());
     calibration.memory = refitted.memory;
 }

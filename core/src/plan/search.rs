@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::memory::{HalfCost, LinearCost, MemoryModel};
+use super::read_ahead::ReadAhead;
 use crate::memory::human as gib;
 use crate::probe::Precision;
 
@@ -73,6 +74,9 @@ pub struct PlanRequest {
     /// Patches per optimizer step.
     pub effective_batch: usize,
     pub fixed: Fixed,
+    /// What the train stream holds beside the step, by micro-batch (host budgets only).
+    #[serde(default)]
+    pub read_ahead: ReadAhead,
 }
 
 /// A configuration the planner chose, with its prediction and the reason in words.
@@ -197,9 +201,10 @@ pub fn search(
             for &precision in &precisions {
                 for &ckpt in &checkpointing {
                     let patches = micro_batch * n_patches;
-                    let Some(needed) = memory.predict(patches, precision, ckpt) else {
+                    let Some(step) = memory.predict(patches, precision, ckpt) else {
                         continue;
                     };
+                    let needed = step + request.read_ahead.bytes(micro_batch);
                     if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
                         smallest = Some((
                             needed,
@@ -361,7 +366,7 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
         Some(next) if !fixed => {
             let need = memory
                 .predict(next * best.n_patches, best.precision, best.checkpointing)
-                .unwrap_or(u64::MAX);
+                .map_or(u64::MAX, |step| step + request.read_ahead.bytes(next));
             let over = if need > available {
                 format!(
                     "{next} would need {} of {}",
@@ -380,20 +385,23 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::memory::MeasuredCost;
 
     const MIB: u64 = 1 << 20;
+
+    /// `fixed` MiB plus `per_patch` MiB a patch, as two measured steps.
+    fn line(fixed: u64, per_patch: u64) -> MeasuredCost {
+        MeasuredCost::new([
+            (4, ((fixed + 4 * per_patch) * MIB) as f64),
+            (16, ((fixed + 16 * per_patch) * MIB) as f64),
+        ])
+    }
 
     fn memory() -> MemoryModel {
         // 20 MiB fixed, 2 MiB per patch; checkpointing halves the per-patch cost.
         MemoryModel {
-            plain: LinearCost {
-                fixed: (20 * MIB) as f64,
-                per_patch: (2 * MIB) as f64,
-            },
-            checkpointed: Some(LinearCost {
-                fixed: (20 * MIB) as f64,
-                per_patch: MIB as f64,
-            }),
+            plain: line(20, 2),
+            checkpointed: Some(line(20, 1)),
             half: None,
             margin: 0.0,
         }
@@ -416,6 +424,7 @@ mod tests {
             resident_bytes: 10 * MIB,
             effective_batch: 128,
             fixed: Fixed::default(),
+            read_ahead: ReadAhead::NONE,
         }
     }
 
@@ -539,10 +548,7 @@ mod tests {
         memory.checkpointed = None;
         memory.half = Some(HalfCost {
             precision: Precision::F16,
-            cost: LinearCost {
-                fixed: (20 * MIB) as f64,
-                per_patch: MIB as f64,
-            },
+            cost: line(20, 1),
         });
         let mut speed = speed();
         speed.half_s = Some(HalfCost {

@@ -31,7 +31,7 @@ use crate::events::{
 };
 use crate::memory::{Budget, MemoryMeter};
 use crate::model::VqAutoencoder;
-use crate::plan::{Plan, PlanError, Planning, PlanningError};
+use crate::plan::{Calibration, Plan, PlanError, Planning, PlanningError, ReadAhead, RunShare};
 
 /// Out-of-memory recoveries in a row before a run stops: each halves the micro-batch, so
 /// three that all fail mean the budget is far below what the plan measured.
@@ -111,21 +111,30 @@ pub struct Evaluation {
     pub scores: Vec<ClipScore>,
 }
 
-/// Spectrograms the train stream may read ahead within the loader's host memory: each
-/// holds its patches and, while being cut, its spectrogram (unless resident already).
-fn read_ahead_cap(host_memory_bytes: u64, resident: bool, config: &TrainConfig) -> usize {
+/// What the train stream holds while reading ahead, as the planner counts it: each
+/// spectrogram read ahead holds its patches and, when the spectrograms are not resident, the
+/// loader's workers each hold a clip being decoded. The depth is bounded by the loader's
+/// host memory (half of it when the spectrograms are resident and use the other half).
+fn read_ahead(loader: &LoaderOptions, resident: bool, config: &TrainConfig) -> ReadAhead {
     let patch_bytes = (headroom_datasets::PATCH_SIZE * headroom_datasets::PATCH_SIZE * 4) as u64;
-    let mut per_clip = config.n_patches as u64 * patch_bytes;
-    if !resident {
-        // A 10-second clip's log-mel at 64 mels (313 frames) plus its decoded audio.
-        per_clip += 64 * 313 * 4 + 160_000 * 4;
-    }
-    let share = if resident {
-        host_memory_bytes / 2
+    let bytes_per_clip = config.n_patches as u64 * patch_bytes;
+    // A 10-second clip's log-mel at 64 mels (313 frames) plus its decoded audio.
+    let reading = 64 * 313 * 4 + 160_000 * 4;
+    let (share, per_clip) = if resident {
+        (loader.host_memory_bytes / 2, bytes_per_clip)
     } else {
-        host_memory_bytes
+        (loader.host_memory_bytes, bytes_per_clip + reading)
     };
-    (share / per_clip.max(1)).max(1) as usize
+    ReadAhead {
+        micro_batches: loader.prefetch.max(1),
+        bytes_per_clip,
+        max_clips: (share / per_clip.max(1)).max(1) as usize,
+        reading_bytes: if resident {
+            0
+        } else {
+            loader.workers.max(1) as u64 * reading
+        },
+    }
 }
 
 /// Whether a periodic action with period `n` (0: never) falls on `step`.
@@ -197,39 +206,61 @@ pub struct Trainer {
     data: RunData,
     meter: MemoryMeter,
     plan: Option<Plan>,
+    /// What the plan measured; an out-of-memory step re-plans from it.
+    calibration: Option<Calibration>,
     /// Planning events, emitted when the run starts.
     pending: Vec<Event>,
 }
 
+/// What planning left for the run: the plan, the measurements it rests on (recovery
+/// re-plans from them), and its events, emitted when the run starts.
+#[derive(Default)]
+struct Planned {
+    plan: Option<Plan>,
+    calibration: Option<Calibration>,
+    events: Vec<Event>,
+}
+
 /// Plans the run when asked, before its model exists, so that the dry-run measures the
 /// step alone; the config takes the plan's micro-batch, patches, accumulation and
-/// checkpointing.
+/// checkpointing. `resident_store`: whether the spectrograms stay in host memory.
 fn plan_run(
     config: &mut TrainConfig,
     options: &RunOptions,
-) -> Result<(Option<Plan>, Vec<Event>), TrainError> {
+    resident_store: bool,
+) -> Result<Planned, TrainError> {
     let Some(planning) = &options.planning else {
-        return Ok((None, Vec::new()));
+        return Ok(Planned::default());
     };
     let plain = config.target().device()?;
-    let resident = MemoryMeter::new(config.backend, &plain)
-        .sample()
-        .allocated_bytes;
+    let share = RunShare {
+        resident_bytes: MemoryMeter::new(config.backend, &plain)
+            .sample()
+            .allocated_bytes,
+        read_ahead: read_ahead_counted(config, &options.loader, resident_store),
+    };
     let mut events = Vec::new();
-    let prepared = crate::plan::prepare(
-        config.target(),
-        &config.model,
-        planning,
-        resident,
-        &mut events,
-    )?;
+    let prepared = crate::plan::prepare(config.target(), &config.model, planning, share, &mut events)?;
     let plan = prepared.plan;
     config.n_patches = plan.n_patches;
     config.step_clips = Some(plan.effective_batch / plan.n_patches);
     config.set_micro_batch(plan.micro_batch);
     config.checkpointing = plan.checkpointing;
     config.precision = plan.precision;
-    Ok((Some(plan), events))
+    Ok(Planned {
+        plan: Some(plan),
+        calibration: Some(prepared.calibration),
+        events,
+    })
+}
+
+/// The read-ahead as the budget sees it: host memory counts on the CPU backends only.
+fn read_ahead_counted(config: &TrainConfig, loader: &LoaderOptions, resident: bool) -> ReadAhead {
+    if config.backend.is_host() {
+        read_ahead(loader, resident, config)
+    } else {
+        ReadAhead::NONE
+    }
 }
 
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
@@ -238,9 +269,10 @@ fn plan_run(
 fn replan_resumed(
     config: &mut TrainConfig,
     options: &RunOptions,
-) -> Result<(Option<Plan>, Vec<Event>), TrainError> {
+    resident_store: bool,
+) -> Result<Planned, TrainError> {
     let Some(asked) = options.planning else {
-        return Ok((None, Vec::new()));
+        return Ok(Planned::default());
     };
     let mut keep = asked;
     keep.effective_batch = config.effective_batch();
@@ -251,22 +283,45 @@ fn replan_resumed(
     saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
     let with = |planning| RunOptions {
         planning: Some(planning),
+        loader: options.loader.clone(),
         ..RunOptions::default()
     };
-    match plan_run(config, &with(saved)) {
+    match plan_run(config, &with(saved), resident_store) {
         Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
             if saved != keep =>
         {
-            plan_run(config, &with(keep))
+            plan_run(config, &with(keep), resident_store)
         }
         other => other,
     }
 }
 
-/// The micro-batch after an out-of-memory step: half, rounded up; the step keeps its
-/// spectrograms and patches (they decide what it reads), so accumulation grows instead.
-fn shrink(micro_batch: usize) -> Option<usize> {
+/// The micro-batch after an out-of-memory step when nothing better is known (the device
+/// failed without a reading): half, rounded up.
+fn halve(micro_batch: usize) -> Option<usize> {
     (micro_batch > 1).then(|| micro_batch.div_ceil(2))
+}
+
+/// The largest micro-batch below `failed` whose peak in this run fits `budget`: the peak the
+/// failed step reached here, moved by what the measured steps say a micro-batch of the
+/// other size costs more or less (step and read-ahead), with the planner's margin on the
+/// step. `None` when not even one spectrogram fits.
+fn refit_micro_batch(
+    memory: &crate::plan::MemoryModel,
+    read_ahead: ReadAhead,
+    config: &TrainConfig,
+    failed: usize,
+    failed_peak: u64,
+    budget: u64,
+) -> Option<usize> {
+    let n = config.n_patches;
+    let cost = memory.cost(config.precision, config.checkpointing)?;
+    let at = |mb: usize| cost.at(mb * n) + read_ahead.bytes(mb) as f64;
+    let base = failed_peak as f64 - at(failed);
+    (1..failed).rev().find(|&mb| {
+        let step = cost.at(mb * n);
+        base + at(mb) + memory.margin * step <= budget as f64
+    })
 }
 
 impl Trainer {
@@ -285,7 +340,7 @@ impl Trainer {
         let mut data = dataset::open(&config, &options.loader)?;
         let normalization = data.check(config.patch_spec())?;
         let mut config = config;
-        let planned = plan_run(&mut config, &options)?;
+        let planned = plan_run(&mut config, &options, data.store.is_resident())?;
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
         let model = config.model.init(&device);
@@ -320,7 +375,7 @@ impl Trainer {
         // normalization stays the saved one.
         data.check(config.patch_spec())?;
         // A resumed run may be planned again (another device, another budget).
-        let planned = replan_resumed(&mut config, &options)?;
+        let planned = replan_resumed(&mut config, &options, data.store.is_resident())?;
         let device = config.target().training_device(config.checkpointing)?;
         let loaded = checkpoint::load(path, &device)?;
         let start = Start {
@@ -338,8 +393,13 @@ impl Trainer {
         options: RunOptions,
         start: Start,
         data: RunData,
-        (plan, pending): (Option<Plan>, Vec<Event>),
+        planned: Planned,
     ) -> Result<Self, TrainError> {
+        let Planned {
+            plan,
+            calibration,
+            events: pending,
+        } = planned;
         let Start {
             device,
             model,
@@ -350,19 +410,15 @@ impl Trainer {
         if data.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
-        let loader = &options.loader;
-        let depth = (loader.prefetch.max(1) * config.micro_batch).min(read_ahead_cap(
-            loader.host_memory_bytes,
-            data.store.is_resident(),
-            &config,
-        ));
+        let depth = read_ahead(&options.loader, data.store.is_resident(), &config)
+            .clips(config.micro_batch);
         let stream = TrainStream::new(
             data.store.clone(),
             data.train.clone(),
             config.patch_spec(),
             config.seed,
             normalization,
-            loader.workers,
+            options.loader.workers,
             depth,
         );
         let total_steps = config.total_steps(stream.len());
@@ -384,6 +440,7 @@ impl Trainer {
             data,
             meter,
             plan,
+            calibration,
             pending,
         })
     }
@@ -531,7 +588,11 @@ impl Trainer {
         self.meter.cleanup();
         let c = &self.config;
         let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
-        let next = shrink(mb).filter(|_| in_a_row <= MAX_RECOVERIES_IN_A_ROW);
+        let next = if in_a_row <= MAX_RECOVERIES_IN_A_ROW {
+            self.recovery_micro_batch(&error, mb)?
+        } else {
+            None
+        };
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
                 Ok(()) if self.options.out_dir.is_some() => {
@@ -550,6 +611,13 @@ impl Trainer {
         };
         tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
         self.config.set_micro_batch(to_mb);
+        let depth = read_ahead(
+            &self.options.loader,
+            self.data.store.is_resident(),
+            &self.config,
+        )
+        .clips(to_mb);
+        self.stream.set_depth(depth);
         sink.emit(Event::Recovery(RecoveryReport {
             step: self.step + 1,
             error: error.to_string(),
@@ -562,6 +630,41 @@ impl Trainer {
             in_a_row,
         }));
         Ok(())
+    }
+
+    /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
+    /// steps (calibrated now when the run was not planned) and the peak this step reached,
+    /// or half when the device failed without a reading.
+    fn recovery_micro_batch(
+        &mut self,
+        error: &step::StepError,
+        micro_batch: usize,
+    ) -> Result<Option<usize>, TrainError> {
+        let step::StepError::OverBudget(over) = error else {
+            return Ok(halve(micro_batch));
+        };
+        if self.calibration.is_none() {
+            let calibration = crate::plan::calibrate(self.config.target(), &self.config.model)
+                .map_err(PlanningError::from)?;
+            self.calibration = Some(calibration);
+        }
+        let Some(calibration) = &self.calibration else {
+            return Ok(halve(micro_batch));
+        };
+        let read_ahead = read_ahead_counted(
+            &self.config,
+            &self.options.loader,
+            self.data.store.is_resident(),
+        );
+        Ok(refit_micro_batch(
+            &calibration.memory,
+            read_ahead,
+            &self.config,
+            micro_batch,
+            over.peak_bytes,
+            over.budget_bytes,
+        )
+        .or_else(|| halve(micro_batch)))
     }
 
     fn should_stop(&self) -> bool {

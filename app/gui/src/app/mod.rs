@@ -259,7 +259,9 @@ impl HeadroomApp {
             effective_batch: self.effective_batch,
             fixed: self.pins.fixed(),
         };
-        let request = planning.request(0);
+        // A preview before the run: the dataset and its read-ahead are not counted here; the
+        // run's own plan counts them.
+        let request = planning.request(0, headroom_core::plan::ReadAhead::NONE);
         Some(
             search(&calibration.memory, &calibration.speed, &request)
                 .map(|plan| {
