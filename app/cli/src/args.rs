@@ -585,6 +585,18 @@ pub struct PlanArgs {
     pub memory: MemoryArgs,
     #[command(flatten)]
     pub split: SplitArgs,
+    /// Synthetic dataset: clips per machine ID in the train split.
+    #[arg(long, conflicts_with = "data_root")]
+    pub train_clips_per_id: Option<usize>,
+    /// Synthetic dataset: number of machine IDs.
+    #[arg(long, conflicts_with = "data_root")]
+    pub machine_ids: Option<u32>,
+    /// The dataset the run would read: `plan` opens it as `train` does, so that the memory
+    /// it holds and its read-ahead count as they will in the run.
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
     /// The plans for common GPUs and this CPU, in one table.
     #[arg(long, conflicts_with_all = ["memory_budget", "simulate_device"])]
     pub what_if: bool,

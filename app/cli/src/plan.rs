@@ -2,13 +2,13 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Result, anyhow};
-use headroom_core::Target;
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
 use headroom_core::model::{LayerForms, VqAutoencoderConfig};
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
 use headroom_core::probe::Precision;
+use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;
 use crate::render::mib;
@@ -44,14 +44,28 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
     let planning = crate::train::planning(&args.memory, &args.split, budget.bytes)?;
     let mut events: Vec<Event> = Vec::new();
-    let share = plan::RunShare {
-        resident_bytes: resident,
-        read_ahead: plan::ReadAhead::NONE,
-    };
     let prepared = if args.no_dry_run {
+        let share = plan::RunShare {
+            resident_bytes: resident,
+            read_ahead: plan::ReadAhead::NONE,
+        };
         plan::unchecked(target, &model, &planning, share)?
     } else {
-        plan::prepare(target, &model, &planning, share, &mut events)?
+        // As `train` plans: the dataset opened first, so what it holds counts.
+        let config = TrainConfig {
+            backend: target.backend,
+            device: target.device,
+            model,
+            dataset: crate::train::dataset_source(
+                &args.data,
+                args.machine_ids,
+                args.train_clips_per_id,
+                TrainConfig::default().dataset,
+            ),
+            ..TrainConfig::default()
+        };
+        let loader = args.loader.options()?;
+        headroom_core::train::plan_only(config, &planning, &loader, &mut events)?
     };
     let dry_runs: Vec<&Event> = events
         .iter()
@@ -98,6 +112,82 @@ pub fn run(args: PlanArgs) -> Result<()> {
     Ok(())
 }
 
+/// Calibration plus one larger step of each kind a large plan uses (f32, and the half
+/// precision): a step's peak grows faster per patch at larger sizes (docs/PLANNER.md), and a
+/// what-if plan reaches thousands of patches with no dry-run to correct it.
+fn calibrate_for_large_plans(target: Target, model: &VqAutoencoderConfig) -> Result<Calibration> {
+    let mut calibration = plan::calibrate(target, model)?;
+    let half = calibration.memory.half.as_ref().map(|h| h.precision);
+    for precision in std::iter::once(Precision::F32).chain(half) {
+        let step = plan::measure_step(target, model, LARGE_CALIBRATION_PATCHES, precision, false)?;
+        plan::learn(&mut calibration, step);
+    }
+    Ok(calibration)
+}
+
+/// Patches of the extra what-if calibration step.
+const LARGE_CALIBRATION_PATCHES: usize = 64;
+
+/// The memory model for the GPU rows: the GPU path's (the cubecl pool's footprint, the GPU
+/// forms of the layers), measured on a wgpu adapter where this machine has one (a software
+/// one's pool accounts as a GPU's does); else the local figures, said to be an estimate.
+fn gpu_calibration(
+    local: Target,
+    model: &VqAutoencoderConfig,
+    calibration: &Calibration,
+    quiet: bool,
+) -> (Calibration, String) {
+    if !local.backend.is_host() {
+        return (
+            calibration.clone(),
+            format!("measured on {} here", local.backend),
+        );
+    }
+    let settings = headroom_core::probe::gpus::ProbeSettings {
+        allocation_cap: None,
+        software_adapters: false,
+    };
+    let adapter = headroom_core::probe::gpus::probe_here(settings)
+        .devices
+        .into_iter()
+        .find(|d| d.backend == headroom_core::BackendKind::Wgpu && d.usable);
+    let carried = || {
+        (
+            calibration.clone(),
+            format!(
+                "an estimate carried over from {} (no wgpu adapter here to measure a GPU's \
+                 memory pool); a GPU's pool rounds allocations its own way, which the dry-run \
+                 checks when you train there",
+                local.backend
+            ),
+        )
+    };
+    let Some(adapter) = adapter else {
+        return carried();
+    };
+    let target = Target {
+        backend: headroom_core::BackendKind::Wgpu,
+        device: adapter.target,
+    };
+    if !quiet {
+        println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
+    }
+    match calibrate_for_large_plans(target, model) {
+        Ok(measured) => (
+            measured,
+            format!(
+                "measured on wgpu ({}, {}): the cubecl pool's footprint with Headroom's GPU \
+                 layers",
+                adapter.name, adapter.api
+            ),
+        ),
+        Err(error) => {
+            tracing::warn!(%error, "calibration on wgpu failed");
+            carried()
+        }
+    }
+}
+
 pub fn describe_breakdown(b: &Breakdown) -> String {
     format!(
         "Memory: parameters {} | gradients {} | optimizer {} | activations {} | data {} | overhead {} | resident {} | free {}",
@@ -132,25 +222,30 @@ fn what_if(
         "--memory-fraction must be above 0 and at most 1 (got {f})"
     );
     let backend = target.backend;
-    let calibration: Calibration = plan::calibrate(target, model)?;
+    let calibration: Calibration = calibrate_for_large_plans(target, model)?;
+    let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
     let planning = crate::train::planning(&args.memory, &args.split, 0)?;
     let cpu = headroom_core::probe::cpu::probe()
         .into_iter()
         .find(|d| d.backend.is_host())
         .and_then(|d| d.free_memory.bytes)
         .ok_or_else(|| anyhow!("the CPU probe did not report free RAM"))?;
-    let mut targets: Vec<(String, u64, u64)> = devices::DEVICES
+    let mut targets: Vec<(String, u64, u64, &Calibration)> = devices::DEVICES
         .iter()
-        .map(|d| (d.label.to_string(), (d.memory_bytes as f64 * f) as u64, 0))
+        .map(|d| {
+            let budget = (d.memory_bytes as f64 * f) as u64;
+            (d.label.to_string(), budget, 0, &gpu_calibration)
+        })
         .collect();
     targets.push((
         format!("this CPU ({} RAM free)", gib(cpu)),
         (cpu as f64 * f) as u64,
         resident,
+        &calibration,
     ));
     let rows: Vec<Row> = targets
         .into_iter()
-        .map(|(device, budget_bytes, resident_bytes)| {
+        .map(|(device, budget_bytes, resident_bytes, calibration)| {
             let request = plan::Planning {
                 budget_bytes,
                 ..planning
@@ -169,6 +264,8 @@ fn what_if(
         let out = serde_json::json!({
             "calibrated_on": backend,
             "calibration": calibration,
+            "gpu_memory": gpu_source,
+            "gpu_calibration": gpu_calibration,
             "effective_batch": planning.effective_batch,
             "rows": rows,
         });
@@ -196,11 +293,7 @@ fn what_if(
             predicted
         );
     }
-    println!(
-        "Memory per patch was measured on {backend} \
-         on this machine; a GPU's memory pool adds its own rounding, which the dry-run step \
-         checks when training there."
-    );
+    println!("GPU rows: {gpu_source}. The CPU row: measured on {backend} here.");
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
 
-use crate::args::{Backend, MemoryArgs, Resolved, SplitArgs, TrainArgs};
+use crate::args::{Backend, DataArgs, MemoryArgs, Resolved, SplitArgs, TrainArgs};
 use crate::render::ProgressRenderer;
 
 /// The planner's request: the effective batch the flags describe (or `--effective-batch`),
@@ -89,24 +89,42 @@ fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
     if let Some(n) = args.empty_cache_every {
         c.empty_cache_every = n;
     }
-    match &args.data.data_root {
-        Some(root) => {
-            c.dataset = DatasetSource::Dcase {
-                root: root.clone(),
-                machine_type: args.data.machine_type.clone(),
-                features: args.data.features.settings(),
-            }
-        }
+    c.dataset = dataset_source(
+        &args.data,
+        args.machine_ids,
+        args.train_clips_per_id,
+        c.dataset,
+    );
+    c
+}
+
+/// The dataset the flags name: the recordings under --data-root, else the built-in
+/// synthetic one (`default`) with its size flags applied.
+pub fn dataset_source(
+    data: &DataArgs,
+    machine_ids: Option<u32>,
+    train_clips_per_id: Option<usize>,
+    default: DatasetSource,
+) -> DatasetSource {
+    match &data.data_root {
+        Some(root) => DatasetSource::Dcase {
+            root: root.clone(),
+            machine_type: data.machine_type.clone(),
+            features: data.features.settings(),
+        },
         None => {
-            if let DatasetSource::Synthetic(data) = &mut c.dataset {
-                set(&mut data.train_per_id, args.train_clips_per_id);
-                if let Some(ids) = args.machine_ids {
-                    data.machine_ids = ids;
+            let mut source = default;
+            if let DatasetSource::Synthetic(synthetic) = &mut source {
+                if let Some(n) = train_clips_per_id {
+                    synthetic.train_per_id = n;
+                }
+                if let Some(ids) = machine_ids {
+                    synthetic.machine_ids = ids;
                 }
             }
+            source
         }
     }
-    c
 }
 
 fn length_from(args: &TrainArgs) -> Option<RunLength> {

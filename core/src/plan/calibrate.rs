@@ -186,7 +186,8 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
     };
     let (plain, ckpt) = (pair(false), pair(true));
     let bytes = |ms: &[&StepMeasurement]| {
-        (!ms.is_empty()).then(|| MeasuredCost::new(ms.iter().map(|m| (m.patches, m.peak_bytes as f64))))
+        (!ms.is_empty())
+            .then(|| MeasuredCost::new(ms.iter().map(|m| (m.patches, m.peak_bytes as f64))))
     };
     let secs = |m: &StepMeasurement| m.seconds;
     let memory = MemoryModel {

@@ -8,9 +8,11 @@
 //! the analytic parts is the backend's overhead (allocator rounding, im2col buffers,
 //! kernels' workspaces), which no layer table knows.
 //!
-//! Segments, not one line: on flex the cost per patch is 2.09 MiB between 4 and 16 patches
-//! and 2.42 MiB from 32 patches on (exactly linear from 32 to 512), so a line through two
-//! small calibration steps fell 11% under at the sizes large budgets plan. The planner's
+//! Segments, not one line: a step's peak is the largest of its moments, each holding some
+//! bytes whatever the batch and some per patch, and a maximum of lines is convex. On flex the
+//! cost per patch is 2.09 MiB between 4 and 16 patches and 2.42 MiB from 32 patches on
+//! (exactly linear from 32 to 512), so a line through two small calibration steps fell 11%
+//! under at the sizes large budgets plan. The planner's
 //! dry-run adds its own step as a point, so a prediction at the plan's size rests on a
 //! measurement there (docs/PLANNER.md).
 
@@ -369,13 +371,21 @@ mod tests {
         cost.insert(64, mib(159.4));
         cost.insert(512, mib(1242.7));
         assert!((cost.at(10) - mib(31.55)).abs() < mib(0.01));
-        assert!((cost.at(256) - mib(623.7)).abs() < mib(0.5), "{}", cost.at(256) / mib(1.0));
+        assert!(
+            (cost.at(256) - mib(623.7)).abs() < mib(0.5),
+            "{}",
+            cost.at(256) / mib(1.0)
+        );
         assert!(line_only < 0.9 * cost.at(256));
         assert!((cost.at(1024) - mib(2480.9)).abs() < mib(1.0));
         assert!((cost.at(1) - mib(12.7)).abs() < mib(0.1));
         assert!(cost.measured_at(64) && !cost.measured_at(63));
         cost.insert(64, mib(160.0));
-        assert_eq!(cost.points.len(), 4, "a size measured again replaces its point");
+        assert_eq!(
+            cost.points.len(),
+            4,
+            "a size measured again replaces its point"
+        );
         assert_eq!(MeasuredCost::new([(8, 5.0)]).at(100), 5.0);
         assert_eq!(MeasuredCost::new([(4, 10.0), (8, 9.0)]).at(100), 10.0);
     }

@@ -428,6 +428,26 @@ mod tests {
         }
     }
 
+    /// What the stream reads ahead grows with the micro-batch and shares a host budget: with
+    /// 1 MiB a spectrogram read ahead, two micro-batches ahead, each spectrogram of 4 patches
+    /// costs 8 + 2 MiB, so 100 MiB less 30 fits 7 spectrograms, not 8.
+    #[test]
+    fn the_read_ahead_counts_against_the_budget() {
+        let mut r = request(100);
+        r.fixed.checkpointing = Some(false);
+        let plain = search(&memory(), &speed(), &r).unwrap();
+        assert_eq!((plain.micro_batch, plain.n_patches), (8, 4));
+        r.read_ahead = ReadAhead {
+            micro_batches: 2,
+            bytes_per_clip: MIB,
+            max_clips: 1000,
+            reading_bytes: 0,
+        };
+        let plan = search(&memory(), &speed(), &r).unwrap();
+        assert_eq!((plan.micro_batch, plan.n_patches), (7, 4));
+        assert_eq!(plan.predicted_peak_bytes, (10 + 20 + 56 + 14) * MIB);
+    }
+
     #[test]
     fn a_large_budget_runs_the_whole_batch_at_once() {
         let plan = search(&memory(), &speed(), &request(1024)).unwrap();

@@ -31,7 +31,9 @@ use crate::events::{
 };
 use crate::memory::{Budget, MemoryMeter};
 use crate::model::VqAutoencoder;
-use crate::plan::{Calibration, Plan, PlanError, Planning, PlanningError, ReadAhead, RunShare};
+use crate::plan::{
+    Calibration, Plan, PlanError, Planning, PlanningError, Prepared, ReadAhead, RunShare,
+};
 
 /// Out-of-memory recoveries in a row before a run stops: each halves the micro-batch, so
 /// three that all fail mean the budget is far below what the plan measured.
@@ -216,8 +218,7 @@ pub struct Trainer {
 /// re-plans from them), and its events, emitted when the run starts.
 #[derive(Default)]
 struct Planned {
-    plan: Option<Plan>,
-    calibration: Option<Calibration>,
+    prepared: Option<Prepared>,
     events: Vec<Event>,
 }
 
@@ -232,26 +233,65 @@ fn plan_run(
     let Some(planning) = &options.planning else {
         return Ok(Planned::default());
     };
+    let mut events = Vec::new();
+    let prepared = prepare_run(
+        config,
+        planning,
+        &options.loader,
+        resident_store,
+        &mut events,
+    )?;
+    Ok(Planned {
+        prepared: Some(prepared),
+        events,
+    })
+}
+
+/// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
+fn prepare_run(
+    config: &mut TrainConfig,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    resident_store: bool,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
     let plain = config.target().device()?;
     let share = RunShare {
         resident_bytes: MemoryMeter::new(config.backend, &plain)
             .sample()
             .allocated_bytes,
-        read_ahead: read_ahead_counted(config, &options.loader, resident_store),
+        read_ahead: read_ahead_counted(config, loader, resident_store),
     };
-    let mut events = Vec::new();
-    let prepared = crate::plan::prepare(config.target(), &config.model, planning, share, &mut events)?;
-    let plan = prepared.plan;
+    let prepared = crate::plan::prepare(config.target(), &config.model, planning, share, sink)?;
+    let plan = &prepared.plan;
     config.n_patches = plan.n_patches;
     config.step_clips = Some(plan.effective_batch / plan.n_patches);
     config.set_micro_batch(plan.micro_batch);
     config.checkpointing = plan.checkpointing;
     config.precision = plan.precision;
-    Ok(Planned {
-        plan: Some(plan),
-        calibration: Some(prepared.calibration),
-        events,
-    })
+    Ok(prepared)
+}
+
+/// The plan a fresh run of `config` would train with, made as [`Trainer::new`] makes it (the
+/// dataset opened and checked first, so its memory and the read-ahead count), without
+/// training: what `trainer-cli plan` shows. Reports the `dry_run` and `plan` events.
+pub fn plan_only(
+    config: TrainConfig,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
+    config.validate()?;
+    let mut data = dataset::open(&config, loader)?;
+    data.check(config.patch_spec())?;
+    let mut config = config;
+    prepare_run(
+        &mut config,
+        planning,
+        loader,
+        data.store.is_resident(),
+        sink,
+    )
 }
 
 /// The read-ahead as the budget sees it: host memory counts on the CPU backends only.
@@ -396,10 +436,13 @@ impl Trainer {
         planned: Planned,
     ) -> Result<Self, TrainError> {
         let Planned {
-            plan,
-            calibration,
+            prepared,
             events: pending,
         } = planned;
+        let (plan, calibration) = match prepared {
+            Some(p) => (Some(p.plan), Some(p.calibration)),
+            None => (None, None),
+        };
         let Start {
             device,
             model,
