@@ -430,11 +430,12 @@ mod tests {
 
     /// What the stream reads ahead grows with the micro-batch and shares a host budget: with
     /// 1 MiB a spectrogram read ahead, two micro-batches ahead, each spectrogram of 4 patches
-    /// costs 8 + 2 MiB, so 100 MiB less 30 fits 7 spectrograms, not 8.
+    /// costs 8 + 2 MiB, so the 70 MiB that 100 leaves above 30 fit 7 spectrograms, not 8.
     #[test]
     fn the_read_ahead_counts_against_the_budget() {
         let mut r = request(100);
         r.fixed.checkpointing = Some(false);
+        r.fixed.n_patches = Some(4);
         let plain = search(&memory(), &speed(), &r).unwrap();
         assert_eq!((plain.micro_batch, plain.n_patches), (8, 4));
         r.read_ahead = ReadAhead {

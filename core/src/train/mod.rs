@@ -35,8 +35,9 @@ use crate::plan::{
     Calibration, Plan, PlanError, Planning, PlanningError, Prepared, ReadAhead, RunShare,
 };
 
-/// Out-of-memory recoveries in a row before a run stops: each halves the micro-batch, so
-/// three that all fail mean the budget is far below what the plan measured.
+/// Out-of-memory recoveries in a row before a run stops: each re-plans the micro-batch from
+/// what was measured, so three that all fail mean the budget is far below what the plan
+/// measured.
 pub const MAX_RECOVERIES_IN_A_ROW: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
