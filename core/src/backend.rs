@@ -77,6 +77,13 @@ pub enum BackendError {
     NotBuilt { backend: BackendKind },
     #[error("unknown backend `{0}`; choose one of: flex, ndarray, wgpu, cuda")]
     Unknown(String),
+    #[error(
+        "{GPU_POOL_VAR}={0:?} is not a memory pool; use `adaptive` (cubecl's default) or \
+         `exclusive` (one page per allocation, what a browser gets), or unset it"
+    )]
+    UnknownGpuPool(String),
+    #[error("cannot start the wgpu device with the pool {GPU_POOL_VAR} asks for: {0}")]
+    GpuPoolInit(String),
     #[error("device {target:?} belongs to the {} backend, not {backend}", target.backend())]
     WrongBackend {
         backend: BackendKind,
@@ -126,7 +133,7 @@ impl BackendKind {
             // burn deprecates ndarray in favour of flex; users still ask for it.
             BackendKind::Ndarray => Ok(Device::ndarray()),
             #[cfg(feature = "wgpu")]
-            BackendKind::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
+            BackendKind::Wgpu => wgpu_device(burn::tensor::DeviceKind::DefaultDevice),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Ok(Device::cuda(0)),
             #[allow(unreachable_patterns)]
@@ -151,19 +158,15 @@ impl BackendKind {
             #[cfg(feature = "cuda")]
             DeviceTarget::Cuda(index) => Ok(Device::cuda(index)),
             #[cfg(feature = "wgpu")]
-            DeviceTarget::DiscreteGpu(i) => {
-                Ok(Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(i)))
-            }
+            DeviceTarget::DiscreteGpu(i) => wgpu_device(burn::tensor::DeviceKind::DiscreteGpu(i)),
             #[cfg(feature = "wgpu")]
             DeviceTarget::IntegratedGpu(i) => {
-                Ok(Device::wgpu(burn::tensor::DeviceKind::IntegratedGpu(i)))
+                wgpu_device(burn::tensor::DeviceKind::IntegratedGpu(i))
             }
             #[cfg(feature = "wgpu")]
-            DeviceTarget::VirtualGpu(i) => {
-                Ok(Device::wgpu(burn::tensor::DeviceKind::VirtualGpu(i)))
-            }
+            DeviceTarget::VirtualGpu(i) => wgpu_device(burn::tensor::DeviceKind::VirtualGpu(i)),
             #[cfg(feature = "wgpu")]
-            DeviceTarget::CpuAdapter => Ok(Device::wgpu(burn::tensor::DeviceKind::Cpu)),
+            DeviceTarget::CpuAdapter => wgpu_device(burn::tensor::DeviceKind::Cpu),
             #[allow(unreachable_patterns)]
             _ => Err(BackendError::NotBuilt { backend: self }),
         }
@@ -201,6 +204,44 @@ impl FromStr for BackendKind {
             .find(|b| b.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| BackendError::Unknown(s.to_string()))
     }
+}
+
+/// The environment variable that picks cubecl's memory pool for wgpu devices: `adaptive`
+/// (cubecl's default on native: allocations carved from shared pages) or `exclusive` (one
+/// page per allocation in size buckets, what a browser gets). A measuring knob for
+/// `bench/wgpu_memory`, which records the slack each leaves (docs/BENCHMARKS.md); runs
+/// without it keep cubecl's default.
+pub const GPU_POOL_VAR: &str = "HEADROOM_GPU_POOL";
+
+/// A wgpu device, its runtime started with the pool [`GPU_POOL_VAR`] asks for the first time
+/// the process asks for it (the pool can only be chosen before first use).
+#[cfg(feature = "wgpu")]
+fn wgpu_device(kind: burn::tensor::DeviceKind) -> Result<Device, BackendError> {
+    use burn::tensor::wgpu::MemoryConfiguration;
+    use std::sync::Mutex;
+
+    let Some(asked) = std::env::var_os(GPU_POOL_VAR) else {
+        return Ok(Device::wgpu(kind));
+    };
+    let pool = match asked.to_string_lossy().as_ref() {
+        "adaptive" => MemoryConfiguration::Adaptive,
+        "exclusive" => MemoryConfiguration::ExclusivePages,
+        other => return Err(BackendError::UnknownGpuPool(other.to_string())),
+    };
+    static STARTED: Mutex<Vec<burn::tensor::DeviceKind>> = Mutex::new(Vec::new());
+    let mut started = STARTED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if started.contains(&kind) {
+        return Ok(Device::wgpu(kind));
+    }
+    let device = Device::wgpu_options()
+        .device_kind(kind.clone())
+        .memory_config(pool)
+        .init()
+        .map_err(|e| BackendError::GpuPoolInit(e.to_string()))?;
+    started.push(kind);
+    Ok(device)
 }
 
 #[cfg(test)]
