@@ -141,6 +141,10 @@ fn a_resumed_run_ends_where_the_uninterrupted_one_does() {
         "--resume",
         halves.path().to_str().unwrap(),
     ]);
+    let resumed = events(&second, "resumed");
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed[0]["step"], 3);
+    assert_eq!(resumed[0]["changes"], serde_json::json!([]));
     let resumed_steps: Vec<u64> = events(&second, "step")
         .iter()
         .map(|s| s["step"].as_u64().unwrap())
@@ -283,4 +287,57 @@ fn device_flag_as_the_seeds_spell_it() {
         stderr.contains("--backend wgpu and --device cpu disagree"),
         "{stderr}"
     );
+}
+
+/// `--resume` with flags: what may change between sessions is applied and said; what would
+/// make it another run is refused by name, and the saved run is left as it was.
+#[test]
+fn a_resumed_run_applies_safe_flags_and_refuses_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().to_str().unwrap();
+    let common = [
+        "train",
+        "--json",
+        "--no-eval",
+        "--batch-size",
+        "2",
+        "--n-patches",
+        "2",
+        "--gradient-accumulation-steps",
+        "1",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "4",
+        "--no-plan",
+    ];
+    run_json(&with(&common, &["--steps", "2", "--out", run]));
+    let stderr = run_failing(&[
+        "train", "--resume", run, "--lr", "0.5", "--seed", "77", "--steps", "4",
+    ]);
+    assert!(stderr.contains("--lr 0.5"), "{stderr}");
+    assert!(stderr.contains("--seed 77"), "{stderr}");
+    assert!(!stderr.contains("--steps 4"), "--steps is not refused: {stderr}");
+    assert_eq!(stderr.lines().filter(|l| !l.is_empty()).count(), 1, "{stderr}");
+
+    let second = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--resume",
+        run,
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "1",
+    ]);
+    let resumed = events(&second, "resumed");
+    let said = resumed[0]["changes"].to_string();
+    assert!(said.contains("--steps 4 (was --steps 2)"), "{said}");
+    assert!(said.contains("--checkpoint-every 1"), "{said}");
+    let checkpoints: Vec<u64> = events(&second, "checkpoint")
+        .iter()
+        .map(|c| c["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(checkpoints, vec![3, 4], "the new interval is applied");
 }

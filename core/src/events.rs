@@ -19,6 +19,13 @@ pub enum Event {
     Plan(PlanReport),
     /// The run's clips: what was found, how they are read, what was left out.
     Dataset(DatasetReport),
+    /// A saved run continues: from where, at which step, and what the flags given with it
+    /// changed (empty: the saved settings as they were).
+    Resumed {
+        from: String,
+        step: u64,
+        changes: Vec<String>,
+    },
     /// The run's configuration, once before the first step.
     Config(RunInfo),
     /// A step ran out of memory; the run shrank its micro-batch and redid the step.

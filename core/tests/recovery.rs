@@ -163,7 +163,7 @@ fn recovers_and_matches(backend: BackendKind, micro_batch: usize, k: u64, below:
     )
     .unwrap();
     b.run(&mut Vec::new()).unwrap();
-    let mut b = Trainer::resume(dir.path(), None, None, RunOptions::default()).unwrap();
+    let mut b = Trainer::resume(dir.path(), &Default::default(), RunOptions::default()).unwrap();
     b.set_micro_batch(to).unwrap();
     b.run(&mut Vec::new()).unwrap();
 

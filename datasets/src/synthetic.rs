@@ -3,8 +3,14 @@
 //! Each machine ID hums at its own fundamental with a few harmonics whose pitch drifts
 //! slowly, plus broadband noise. The train split holds normal clips only; the test split
 //! adds labelled anomalies of three kinds: clicks, a harmonic shifted off the series, and
-//! a missing harmonic. Clips are synthesised as audio and go through the same log-mel
+//! a weakened harmonic. Clips are synthesised as audio and go through the same log-mel
 //! frontend as real recordings, so `trainer-cli synth` can later write them as WAV files.
+//!
+//! Like real machine sounds, it is not easy everywhere: each ID's anomalies run from barely
+//! audible to obvious ([`severity`]), and IDs differ in difficulty ([`difficulty`]): the
+//! higher IDs vary more from clip to clip when normal (level, noise, soft knocks) and their
+//! anomalies are fainter. A model that learns the sounds scores well above chance but not
+//! perfectly, and differently per ID, so a worse model shows as a lower score.
 
 use std::f64::consts::TAU;
 
@@ -185,6 +191,36 @@ impl SyntheticDataset {
     }
 }
 
+/// How hard an ID is, from 0 (ID 00) to 1 (the last ID): how much its normal clips vary and
+/// how much fainter its anomalies are.
+pub fn difficulty(config: &SyntheticConfig, machine_id: u32) -> f64 {
+    machine_id as f64 / config.machine_ids.saturating_sub(1).max(1) as f64
+}
+
+/// How strong an anomalous clip's anomaly is, in (0, 1]: each kind's clips of an ID are
+/// graded evenly from subtle to obvious, in index order.
+pub fn severity(config: &SyntheticConfig, key: &ClipKey) -> f64 {
+    let kinds = AnomalyKind::ALL.len();
+    let per_kind = config.test_anomaly_per_id.div_ceil(kinds).max(1);
+    ((key.index / kinds) as f64 + 1.0) / per_kind as f64
+}
+
+/// Soft knocks: short decaying noise bursts at random places, `level` times a unit burst.
+fn add_bursts(audio: &mut [f64], rng: &mut impl Rng, sr: f64, count: usize, level: (f64, f64)) {
+    let length = (0.004 * sr) as usize;
+    if audio.len() <= length {
+        return;
+    }
+    for _ in 0..count {
+        let start = rng.random_range(0..audio.len() - length);
+        let level = rng.random_range(level.0..level.1);
+        for j in 0..length {
+            let decay = (-(j as f64) / (0.0008 * sr)).exp();
+            audio[start + j] += level * decay * gaussian(rng);
+        }
+    }
+}
+
 /// The audio of one clip, in [-1, 1].
 pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
     let machine = Machine::new(config.seed, key.machine_id);
@@ -205,22 +241,30 @@ pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
     let sr = config.sample_rate as f64;
     let n = (config.seconds as f64 * sr) as usize;
 
+    let hard = difficulty(config, key.machine_id);
+    // How far a normal clip strays from its ID's sound grows with the ID's difficulty.
+    let spread = 0.1 + 0.3 * hard;
     let mut amplitudes: Vec<f64> = machine
         .amplitudes
         .iter()
-        .map(|a| a * rng.random_range(0.9..1.1))
+        .map(|a| a * rng.random_range(1.0 - spread..1.0 + spread))
         .collect();
+    let noise = machine.noise * rng.random_range(1.0 - 0.5 * hard..=1.0 + 1.5 * hard);
+    // The anomaly's strength: graded within the ID, fainter on harder IDs.
+    let strength = key
+        .anomaly
+        .map_or(0.0, |_| severity(config, key) * (1.0 - 0.6 * hard));
     // Harmonic numbers: 1, 2, 3, ... unless an anomaly moves one.
     let mut multiples: Vec<f64> = (1..=amplitudes.len()).map(|h| h as f64).collect();
     match key.anomaly {
         Some(AnomalyKind::ShiftedHarmonic) => {
             let h = rng.random_range(1..multiples.len());
-            multiples[h] += 0.5;
-            amplitudes[h] *= 1.5;
+            multiples[h] += 0.03 + 0.47 * strength;
+            amplitudes[h] *= 1.0 + 0.5 * strength;
         }
         Some(AnomalyKind::MissingHarmonic) => {
             let h = rng.random_range(0..2);
-            amplitudes[h] = 0.0;
+            amplitudes[h] *= 1.0 - (0.2 + 0.8 * strength);
         }
         _ => {}
     }
@@ -242,21 +286,26 @@ pub fn waveform(config: &SyntheticConfig, key: &ClipKey) -> Vec<f32> {
             *phase = (*phase + TAU * f0 * m / sr) % TAU;
             x += a * am * phase.sin();
         }
-        x += machine.noise * gaussian(&mut rng);
+        x += noise * gaussian(&mut rng);
         audio.push(x);
     }
 
+    // Harder IDs knock softly now and then when normal, which hides faint clicks; and any
+    // machine, now and then, knocks hard while working normally: a rare normal sound that a
+    // model may take for an anomaly, as the loudest normals of real recordings are (it is
+    // what holds the pAUC, the score at few false alarms, below the AUC).
+    if rng.random_bool(hard * 0.6) {
+        let knocks = rng.random_range(1..6);
+        add_bursts(&mut audio, &mut rng, sr, knocks, (0.01, 0.05));
+    }
+    if rng.random_bool(0.08 + 0.12 * hard) {
+        let knocks = rng.random_range(2..8);
+        add_bursts(&mut audio, &mut rng, sr, knocks, (0.1, 0.3));
+    }
     if key.anomaly == Some(AnomalyKind::Clicks) {
-        let clicks = rng.random_range(12..24);
-        let length = (0.004 * sr) as usize;
-        for _ in 0..clicks {
-            let start = rng.random_range(0..n - length);
-            let level = rng.random_range(0.3..0.6);
-            for j in 0..length {
-                let decay = (-(j as f64) / (0.0008 * sr)).exp();
-                audio[start + j] += level * decay * gaussian(&mut rng);
-            }
-        }
+        let clicks = 1 + (strength * 16.0).round() as usize;
+        let level = 0.03 + 0.45 * strength;
+        add_bursts(&mut audio, &mut rng, sr, clicks, (0.7 * level, 1.3 * level));
     }
     audio
         .into_iter()
@@ -385,12 +434,15 @@ mod tests {
         };
         let normal = ClipKey {
             split: Split::Test,
-            machine_id: 1,
+            machine_id: 0,
             index: 0,
             anomaly: None,
         };
+        // The last clips of each kind are the most severe.
+        let last = config.test_anomaly_per_id - AnomalyKind::ALL.len();
         let with = |kind| ClipKey {
             anomaly: Some(kind),
+            index: last + AnomalyKind::ALL.iter().position(|&k| k == kind).unwrap(),
             ..normal
         };
         // Clicks: broadband bursts lift the high bands of some frames far above the rest.
@@ -412,5 +464,61 @@ mod tests {
                 "{kind:?} changes the mean spectrum by only {largest_change} dB"
             );
         }
+    }
+    /// Anomalies are graded: within an ID the first of a kind changes the sound less than the
+    /// last, and the same anomaly is fainter on the hardest ID than on the easiest.
+    #[test]
+    fn anomalies_run_from_subtle_to_obvious() {
+        let config = SyntheticConfig {
+            seconds: 2.0,
+            ..SyntheticConfig::default()
+        };
+        let frontend = LogMel::new(LogMelConfig::default());
+        let mean_spectrum = |key: ClipKey| {
+            let s = frontend.compute(&waveform(&config, &key));
+            (0..s.n_mels)
+                .map(|m| (0..s.frames).map(|f| s.at(m, f)).sum::<f32>() / s.frames as f32)
+                .collect::<Vec<_>>()
+        };
+        let change = |machine_id, index| {
+            let normal = ClipKey {
+                split: Split::Test,
+                machine_id,
+                index: 0,
+                anomaly: None,
+            };
+            let anomalous = ClipKey {
+                index,
+                anomaly: Some(AnomalyKind::ALL[index % AnomalyKind::ALL.len()]),
+                ..normal
+            };
+            let (a, b) = (mean_spectrum(normal), mean_spectrum(anomalous));
+            a.iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        let kinds = AnomalyKind::ALL.len();
+        let (subtle, obvious) = (kinds - 1, config.test_anomaly_per_id - 1);
+        assert!(
+            severity(
+                &config,
+                &ClipKey {
+                    index: subtle,
+                    split: Split::Test,
+                    machine_id: 0,
+                    anomaly: None
+                }
+            ) < 0.3
+        );
+        let (weak, strong) = (change(0, subtle), change(0, obvious));
+        assert!(weak < 0.5 * strong, "subtle {weak} dB, obvious {strong} dB");
+        let hardest = config.machine_ids - 1;
+        assert!(
+            change(hardest, obvious) < strong,
+            "the hardest ID's anomalies are fainter"
+        );
+        assert_eq!(difficulty(&config, 0), 0.0);
+        assert_eq!(difficulty(&config, hardest), 1.0);
     }
 }

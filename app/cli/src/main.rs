@@ -8,7 +8,10 @@ mod datasets;
 mod plan;
 mod probe;
 mod render;
+mod resume;
 mod train;
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
@@ -19,7 +22,19 @@ use headroom_core::memory::alloc::CountingAllocator;
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
 
-fn main() -> Result<()> {
+/// A user's error is printed as words, whatever `RUST_BACKTRACE` says: anyhow would print its
+/// backtrace through `Debug`. A panic still prints its own through the panic hook.
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     headroom_core::memory::alloc::keep_freed_memory();
     // burn materialises loaded optimizer state on `Device::default()`, which in a build with
     // wgpu is a GPU adapter: resuming a CPU run would start a graphics driver just to move

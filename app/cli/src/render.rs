@@ -58,6 +58,18 @@ impl ProgressRenderer {
     pub fn handle(&mut self, event: &Event) {
         match event {
             Event::BackendChoice { reason, .. } => self.say(reason.clone()),
+            Event::Resumed {
+                from,
+                step,
+                changes,
+            } => self.say(if changes.is_empty() {
+                format!("Resuming {from} at step {step} with its saved settings")
+            } else {
+                format!(
+                    "Resuming {from} at step {step}, changed: {}",
+                    changes.join(", ")
+                )
+            }),
             Event::Budget { bytes, source } => self.say(format!(
                 "Memory budget: {} ({source})",
                 headroom_core::memory::human(*bytes)

@@ -206,14 +206,20 @@ pub fn run(args: TrainArgs) -> Result<()> {
         });
     }
     let target = resolved.as_ref().map(Resolved::target);
-    let budget_backend = match (target, &args.resume) {
-        (Some(t), _) => t.backend,
-        (None, Some(dir)) => {
+    let saved = match &args.resume {
+        Some(dir) => Some(
             headroom_core::checkpoint::read_state(dir)
-                .with_context(|| format!("cannot resume from {}", dir.display()))?
-                .config
-                .backend
-        }
+                .with_context(|| format!("cannot resume from {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let resume = match &saved {
+        Some(state) => Some(crate::resume::changes(&args, &state.config, target)?),
+        None => None,
+    };
+    let budget_backend = match (target, &saved) {
+        (Some(t), _) => t.backend,
+        (None, Some(state)) => state.config.backend,
         (None, None) => BackendKind::Flex,
     };
     let budget = crate::budget::resolve(
@@ -236,10 +242,17 @@ pub fn run(args: TrainArgs) -> Result<()> {
         bytes: budget.bytes,
         source: budget.source,
     });
-    let mut trainer = match &args.resume {
-        Some(dir) => Trainer::resume(dir, length_from(&args), target, options)
-            .with_context(|| format!("cannot resume from {}", dir.display()))?,
-        None => Trainer::new(
+    let mut trainer = match (&args.resume, resume, &saved) {
+        (Some(dir), Some(resume), Some(state)) => {
+            emit(Event::Resumed {
+                from: dir.display().to_string(),
+                step: state.step,
+                changes: resume.said,
+            });
+            Trainer::resume(dir, &resume.changes, options)
+                .with_context(|| format!("cannot resume from {}", dir.display()))?
+        }
+        _ => Trainer::new(
             config_from(&args, target.unwrap_or(BackendKind::Flex.into())),
             options,
         )

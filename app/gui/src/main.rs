@@ -47,7 +47,19 @@ fn settings_from_args() -> anyhow::Result<Settings> {
     Ok(settings)
 }
 
-fn main() -> anyhow::Result<()> {
+/// A user's error is printed as words, whatever `RUST_BACKTRACE` says (anyhow would print its
+/// backtrace through `Debug`); a panic still prints its own.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     headroom_core::memory::alloc::keep_freed_memory();
     if std::env::args().nth(1).as_deref() == Some(jobs::CHILD_COMMAND) {
         jobs::probe_child();

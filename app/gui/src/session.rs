@@ -123,6 +123,9 @@ impl Session {
     pub fn apply(&mut self, event: &Event) {
         match event {
             Event::BackendChoice { reason, .. } => self.log.push(reason.clone()),
+            Event::Resumed { from, step, .. } => {
+                self.log.push(format!("resuming {from} at step {step}"))
+            }
             Event::Budget { bytes, source } => {
                 self.budget = Some(*bytes);
                 self.log

@@ -86,6 +86,21 @@ fn trains_on_the_synthetic_dataset_shows_memory_under_the_budget_and_stops_with_
         memory.peak >= memory.allocated && memory.peak < budget,
         "{memory:?}"
     );
+    // The header and the event log name the device in words, not burn's Debug text.
+    let status = harness.state().status().to_string();
+    assert!(status.starts_with("Training on flex (CPU"), "{status}");
+    assert!(!status.contains("Device<"), "{status}");
+    if let Some(brand) = headroom_core::probe::cpu::brand() {
+        assert!(status.contains(&brand), "{status} does not name {brand}");
+    }
+    harness.get_by_label(&status);
+    let log = &harness.state().session.log;
+    let line = log
+        .iter()
+        .find(|l| l.starts_with("training on flex"))
+        .expect("the run's device in the log");
+    assert!(line.contains("CPU") && !line.contains("Device<"), "{line}");
+    harness.get_by_label(line);
     // What the bars say, as text beside them.
     harness.get_by_label_contains("Device, measured at step");
     harness.get_by_label_contains("red line: budget");
@@ -196,6 +211,57 @@ fn a_dataset_with_bad_files_lists_them() {
     // The app calibrated on a thread of its own from the start: let that end before the
     // lock is released, or it allocates during the next test's calibration (the pinning
     // test once saw a flat memory line that way).
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.calibration.is_some(),
+    );
+}
+
+#[test]
+fn each_wgpu_adapter_row_names_its_graphics_api() {
+    use headroom_core::BackendKind;
+    use headroom_core::probe::{DeviceClass, DeviceReport, MachineReport, MemoryFigure};
+
+    let _alone = measuring_alone();
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 10);
+    harness.step();
+    // Lavapipe on a machine with Vulkan and GL drivers: one adapter, once per API.
+    let llvmpipe = |index: usize, api: &str| DeviceReport {
+        backend: BackendKind::Wgpu,
+        selector: format!("wgpu:{index}"),
+        name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+        class: DeviceClass::SoftwareAdapter,
+        api: api.into(),
+        total_memory: MemoryFigure::unknown("no memory size here"),
+        free_memory: MemoryFigure::unknown("no free memory here"),
+        precisions: vec![headroom_core::probe::Precision::F32],
+        max_allocation_bytes: Some(1 << 30),
+        usable: api == "Vulkan",
+        target: None,
+        notes: Vec::new(),
+    };
+    let app = harness.state_mut();
+    let cpu = app
+        .machine
+        .take()
+        .expect("the CPU is probed at once")
+        .devices;
+    let mut devices = vec![llvmpipe(0, "Vulkan"), llvmpipe(1, "GL")];
+    devices.extend(cpu);
+    app.machine = Some(MachineReport {
+        devices,
+        findings: Vec::new(),
+        elapsed_ms: 0,
+    });
+    // flex stays the selected device, two rows further down.
+    app.selected = app.selected.map(|i| i + 2);
+    harness.step();
+    harness.get_by_label("wgpu/Vulkan llvmpipe (LLVM 15.0.6, 256 bits)");
+    harness.get_by_label("wgpu/GL llvmpipe (LLVM 15.0.6, 256 bits)");
+    // As in the bad-files test: the calibration started at launch ends before the lock goes.
     wait_for(
         &mut harness,
         "the calibration",

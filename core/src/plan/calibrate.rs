@@ -31,7 +31,8 @@ pub enum CalibrationError {
     Step(#[from] StepError),
     #[error(
         "nothing measures memory on {0} in this build, so the planner cannot calibrate; \
-         set --micro-batch and --accumulation yourself"
+         train without a plan and choose the split yourself (trainer-cli train --no-plan \
+         --batch-size N --gradient-accumulation-steps K)"
     )]
     Unmeasured(BackendKind),
 }

@@ -329,15 +329,15 @@ fn describe(
 fn fixed_words(f: &Fixed) -> String {
     let mut parts = Vec::new();
     if let Some(m) = f.micro_batch {
-        parts.push(format!("--micro-batch {m}"));
+        parts.push(format!("micro-batch {m}"));
     }
     if let Some(a) = f.accumulation {
-        parts.push(format!("--accumulation {a}"));
+        parts.push(format!("accumulation {a}"));
     }
     if parts.is_empty() {
         String::new()
     } else {
-        format!(" and {}", parts.join(" "))
+        format!(" and {} pinned", parts.join(", "))
     }
 }
 

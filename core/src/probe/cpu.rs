@@ -31,25 +31,43 @@ pub fn simd_level() -> &'static str {
     }
 }
 
+/// The CPU's model as it names itself ("AMD EPYC 7B13"), where it does.
+pub fn brand() -> Option<String> {
+    let cpus = System::new_with_specifics(
+        RefreshKind::nothing().with_cpu(sysinfo::CpuRefreshKind::nothing()),
+    );
+    cpus.cpus()
+        .first()
+        .map(|c| c.brand().trim().to_string())
+        .filter(|b| !b.is_empty())
+}
+
+/// Threads this process may run on: what the CPU backends' thread pools use.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The CPU as a run's device, in words: "CPU: AMD EPYC 7B13, 2 threads" (no parentheses of
+/// its own: front-ends put it in theirs, "Backend flex (CPU: ...)").
+pub fn describe() -> String {
+    let threads = threads();
+    let threads = format!("{threads} thread{}", if threads == 1 { "" } else { "s" });
+    match brand() {
+        Some(brand) => format!("CPU: {brand}, {threads}"),
+        None => format!("CPU, {threads}"),
+    }
+}
+
 /// One entry per CPU backend in this build; they share the CPU and its RAM.
 pub fn probe() -> Vec<DeviceReport> {
     let system = System::new_with_specifics(
         RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram()),
     );
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = threads();
     let cores = System::physical_core_count().unwrap_or(threads);
-    let brand = {
-        let cpus = System::new_with_specifics(
-            RefreshKind::nothing().with_cpu(sysinfo::CpuRefreshKind::nothing()),
-        );
-        cpus.cpus()
-            .first()
-            .map(|c| c.brand().trim().to_string())
-            .filter(|b| !b.is_empty())
-    };
     let name = format!(
         "{} ({cores} cores, {threads} threads, {})",
-        brand.unwrap_or_else(|| "CPU".to_string()),
+        brand().unwrap_or_else(|| "CPU".to_string()),
         simd_level()
     );
     [BackendKind::Flex, BackendKind::Ndarray]
@@ -97,5 +115,22 @@ mod tests {
             "total {total}, free {free}"
         );
         assert!(flex.usable);
+    }
+
+    #[test]
+    fn the_cpu_is_described_in_words() {
+        let words = super::describe();
+        assert!(words.starts_with("CPU"), "{words}");
+        assert!(
+            words.ends_with(" thread") || words.ends_with(" threads"),
+            "{words}"
+        );
+        assert!(
+            !words.contains("Device<") && !words.contains("Flex"),
+            "{words}"
+        );
+        if let Some(brand) = super::brand() {
+            assert!(words.contains(&brand), "{words}");
+        }
     }
 }

@@ -95,6 +95,78 @@ fn nvidia(report: &mut GpuReport) {
     }
 }
 
+/// A graphics API by its usual name: Vulkan, Metal, DX12, GL, WebGPU.
+#[cfg(feature = "wgpu")]
+pub fn api_name(api: wgpu::Backend) -> &'static str {
+    match api {
+        wgpu::Backend::Vulkan => "Vulkan",
+        wgpu::Backend::Metal => "Metal",
+        wgpu::Backend::Dx12 => "DX12",
+        wgpu::Backend::Gl => "GL",
+        wgpu::Backend::BrowserWebGpu => "WebGPU",
+        wgpu::Backend::Noop => "no-op",
+    }
+}
+
+/// A GPU device a run trains on, in words: its name as burn's runtime reports it, and the
+/// API it runs on ("llvmpipe (LLVM 15.0.6, 256 bits), Vulkan"; "NVIDIA H100 PCIe, CUDA").
+/// Opens the device if it is not open yet; `None` for a device that reports no name.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn describe(device: &burn::tensor::Device) -> Option<String> {
+    use burn::backend::{CubeDevice, DispatchDevice};
+
+    let device = device.clone().without_autodiff();
+    let name = device.identity()?.name;
+    let api = match device.as_dispatch() {
+        #[cfg(feature = "wgpu")]
+        DispatchDevice::Cube(cube @ CubeDevice::Wgpu(wgpu_device)) => {
+            Some(api_name(runtime_api(cube, wgpu_device.backend)))
+        }
+        #[cfg(feature = "cuda")]
+        DispatchDevice::Cube(CubeDevice::Cuda(_)) => Some("CUDA"),
+        _ => None,
+    };
+    Some(match api {
+        Some(api) => format!("{name}, {api}"),
+        None => name,
+    })
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub fn describe(_device: &burn::tensor::Device) -> Option<String> {
+    None
+}
+
+/// The graphics API an open wgpu device of burn's runtime runs on: the one it pins, or the
+/// one cubecl's automatic choice settled on (Vulkan wherever it reaches a GPU).
+#[cfg(feature = "wgpu")]
+fn runtime_api(
+    device: &burn::backend::CubeDevice,
+    backend: burn::tensor::wgpu::WgpuBackend,
+) -> wgpu::Backend {
+    use burn::cubecl::wgpu::{AutoGraphicsApi, GraphicsApi};
+    use burn::tensor::wgpu::WgpuBackend;
+
+    match backend {
+        // The runtime's name says which compiler serves the device, and SPIR-V and MSL each
+        // serve one API. For WGSL cubecl is asked again, once a process: that enumerates the
+        // APIs (and has GL without a display complain on stderr).
+        WgpuBackend::Auto => match device.client().name() {
+            "wgpu<spirv>" => wgpu::Backend::Vulkan,
+            "wgpu<msl>" => wgpu::Backend::Metal,
+            _ => {
+                static SETTLED: std::sync::OnceLock<wgpu::Backend> = std::sync::OnceLock::new();
+                *SETTLED.get_or_init(AutoGraphicsApi::backend)
+            }
+        },
+        WgpuBackend::Vulkan => wgpu::Backend::Vulkan,
+        WgpuBackend::Metal => wgpu::Backend::Metal,
+        WgpuBackend::Dx12 => wgpu::Backend::Dx12,
+        WgpuBackend::Gl => wgpu::Backend::Gl,
+        WgpuBackend::WebGpu => wgpu::Backend::BrowserWebGpu,
+    }
+}
+
 #[cfg(not(feature = "wgpu"))]
 fn adapters(report: &mut GpuReport, _settings: ProbeSettings) {
     report
@@ -143,7 +215,7 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             DeviceType::Cpu => DeviceClass::SoftwareAdapter,
             DeviceType::Other => DeviceClass::Other,
         };
-        let api = format!("{:?}", info.backend);
+        let api = api_name(info.backend).to_string();
         let mut precisions = vec![Precision::F32];
         if adapter.features().contains(Features::SHADER_F16) {
             precisions.push(Precision::F16);

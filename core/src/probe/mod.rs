@@ -199,6 +199,17 @@ impl DeviceReport {
     }
 }
 
+/// The device a run trains on, in words, for people rather than for burn: the CPU's model
+/// and threads for the CPU backends ("CPU: AMD EPYC 7B13, 2 threads"), the adapter's name
+/// and graphics API for wgpu ("llvmpipe (LLVM 15.0.6, 256 bits), Vulkan"), the GPU's name for
+/// CUDA. A GPU device is opened if it is not open yet.
+pub fn describe_device(backend: BackendKind, device: &burn::tensor::Device) -> String {
+    if backend.is_host() {
+        return cpu::describe();
+    }
+    gpus::describe(device).unwrap_or_else(|| format!("{backend} device"))
+}
+
 /// Everything the probe found, and what it could not look at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct MachineReport {
@@ -235,5 +246,46 @@ pub fn probe_machine(
         devices,
         findings: gpus.findings,
         elapsed_ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_run_names_the_cpu_not_burns_device() {
+        for backend in [BackendKind::Flex, BackendKind::Ndarray] {
+            let Ok(device) = backend.device() else {
+                continue;
+            };
+            let words = describe_device(backend, &device.autodiff());
+            assert!(words.starts_with("CPU"), "{words}");
+            if let Some(brand) = cpu::brand() {
+                assert!(words.contains(&brand), "{words}");
+            }
+            assert!(!words.contains("Device<"), "{words}");
+        }
+    }
+
+    /// The adapter's name and the graphics API burn's runtime reached it on (lavapipe on
+    /// Vulkan in CI).
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn a_wgpu_run_names_the_adapter_and_its_api() {
+        let device = BackendKind::Wgpu
+            .device()
+            .expect("a wgpu adapter (lavapipe in CI)");
+        let words = describe_device(BackendKind::Wgpu, &device);
+        assert!(
+            !words.contains("Device<") && !words.contains("Cube"),
+            "{words}"
+        );
+        let (name, api) = words.rsplit_once(", ").expect("name, API");
+        assert!(!name.is_empty(), "{words}");
+        assert!(
+            ["Vulkan", "Metal", "DX12", "GL", "WebGPU"].contains(&api),
+            "{words}"
+        );
     }
 }

@@ -128,6 +128,40 @@ impl Default for TrainConfig {
     }
 }
 
+/// What a resumed run may change from the saved one: where and how long it runs, and how often
+/// it checkpoints, validates and empties the device's cache. What it learns from (the data,
+/// the step's size, the learning rate, the seed) stays the saved run's; the planner may split
+/// the step differently (`RunOptions::planning`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ResumeChanges {
+    pub target: Option<Target>,
+    pub length: Option<RunLength>,
+    pub checkpoint_every: Option<u64>,
+    pub validate_every: Option<u64>,
+    pub empty_cache_every: Option<u64>,
+}
+
+impl ResumeChanges {
+    pub fn apply(&self, config: &mut TrainConfig) {
+        if let Some(target) = self.target {
+            config.backend = target.backend;
+            config.device = target.device;
+        }
+        if let Some(length) = self.length {
+            config.length = length;
+        }
+        if let Some(n) = self.checkpoint_every {
+            config.checkpoint_every = n;
+        }
+        if let Some(n) = self.validate_every {
+            config.validate_every = n;
+        }
+        if let Some(n) = self.empty_cache_every {
+            config.empty_cache_every = n;
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
     #[error("{name} must be at least 1 (got 0)")]
@@ -212,7 +246,8 @@ impl TrainConfig {
             ("--n-patches", self.n_patches),
             ("--stride", self.stride),
             ("--gradient-accumulation-steps", self.accumulation),
-            ("--eval-stride", self.eval_stride),
+            // Not a flag: only a hand-edited saved configuration can set it.
+            ("eval_stride in the run's config.json", self.eval_stride),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { name });

@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-pub use config::{ConfigError, DatasetSource, RunLength, TrainConfig};
+pub use config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
 
 use crate::backend::{BackendError, Target};
 use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
@@ -395,22 +395,16 @@ impl Trainer {
         Self::assemble(config, options, start, data, planned)
     }
 
-    /// Continues the run saved at `path`. `length` replaces the saved run length (to train
-    /// further); `target` moves the run to another backend or device.
+    /// Continues the run saved at `path`, with the `changes` a resumed run may make (a longer
+    /// run, another device, other checkpoint and validation intervals); the planner in
+    /// `options` may split its steps differently, the effective batch kept.
     pub fn resume(
         path: &std::path::Path,
-        length: Option<RunLength>,
-        target: Option<Target>,
+        changes: &ResumeChanges,
         options: RunOptions,
     ) -> Result<Self, TrainError> {
         let mut config = checkpoint::read_state(path)?.config;
-        if let Some(target) = target {
-            config.backend = target.backend;
-            config.device = target.device;
-        }
-        if let Some(length) = length {
-            config.length = length;
-        }
+        changes.apply(&mut config);
         let mut data = dataset::open(&config, &options.loader)?;
         // The same check as at the start, so the same bad files are left out; the
         // normalization stays the saved one.
@@ -528,7 +522,7 @@ impl Trainer {
         let c = &self.config;
         RunInfo {
             backend: c.backend.name().to_string(),
-            device: format!("{:?}", self.device.clone().without_autodiff()),
+            device: crate::probe::describe_device(c.backend, &self.device),
             micro_batch: c.micro_batch,
             accumulation: c.accumulation,
             n_patches: c.n_patches,
