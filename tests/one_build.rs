@@ -2,6 +2,10 @@
 //! resolves every dependency's features as the whole workspace does, so whichever runs first
 //! compiles burn and the others reuse it. `workspace-hack/` asks for the union; this fails
 //! when a dependency change makes a selection resolve differently, and names the crates.
+//! Limit: `cargo tree` names a crate built for both the build scripts (host) and the program
+//! once, and this merges the two; a difference on the host side only is not seen (trainer-gui
+//! after trainer-cli still rebuilds burn through host-built serde, syn...; see
+//! docs/BENCHMARKS.md, "A newcomer's first hour").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
