@@ -317,8 +317,15 @@ fn a_resumed_run_applies_safe_flags_and_refuses_the_others() {
     ]);
     assert!(stderr.contains("--lr 0.5"), "{stderr}");
     assert!(stderr.contains("--seed 77"), "{stderr}");
-    assert!(!stderr.contains("--steps 4"), "--steps is not refused: {stderr}");
-    assert_eq!(stderr.lines().filter(|l| !l.is_empty()).count(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("--steps 4"),
+        "--steps is not refused: {stderr}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| !l.is_empty()).count(),
+        1,
+        "{stderr}"
+    );
 
     let second = run_json(&[
         "train",
