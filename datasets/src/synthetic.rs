@@ -350,6 +350,14 @@ mod tests {
         }
     }
 
+    /// Each mel band's mean over the clip, in dB.
+    fn mean_spectrum(frontend: &LogMel, config: &SyntheticConfig, key: ClipKey) -> Vec<f32> {
+        let s = frontend.compute(&waveform(config, &key));
+        (0..s.n_mels)
+            .map(|m| (0..s.frames).map(|f| s.at(m, f)).sum::<f32>() / s.frames as f32)
+            .collect()
+    }
+
     fn spectrogram(config: &SyntheticConfig, key: &ClipKey) -> Spectrogram {
         LogMel::new(SyntheticDataset::features(config).logmel).compute(&waveform(config, key))
     }
@@ -413,12 +421,7 @@ mod tests {
             ..SyntheticConfig::default()
         };
         let frontend = LogMel::new(LogMelConfig::default());
-        let mean_spectrum = |key: ClipKey| {
-            let s = frontend.compute(&waveform(&config, &key));
-            (0..s.n_mels)
-                .map(|m| (0..s.frames).map(|f| s.at(m, f)).sum::<f32>() / s.frames as f32)
-                .collect::<Vec<_>>()
-        };
+        let mean_spectrum = |key: ClipKey| mean_spectrum(&frontend, &config, key);
         let frame_energy_spread = |key: ClipKey| {
             let s = frontend.compute(&waveform(&config, &key));
             let per_frame: Vec<f32> = (0..s.frames)
@@ -474,12 +477,7 @@ mod tests {
             ..SyntheticConfig::default()
         };
         let frontend = LogMel::new(LogMelConfig::default());
-        let mean_spectrum = |key: ClipKey| {
-            let s = frontend.compute(&waveform(&config, &key));
-            (0..s.n_mels)
-                .map(|m| (0..s.frames).map(|f| s.at(m, f)).sum::<f32>() / s.frames as f32)
-                .collect::<Vec<_>>()
-        };
+        let mean_spectrum = |key: ClipKey| mean_spectrum(&frontend, &config, key);
         let change = |machine_id, index| {
             let normal = ClipKey {
                 split: Split::Test,
