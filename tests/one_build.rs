@@ -1,84 +1,150 @@
-//! One burn build per profile: each command of the README (the main job, the app, the tests)
-//! resolves every dependency's features as the whole workspace does, so whichever runs first
-//! compiles burn and the others reuse it. `workspace-hack/` asks for the union; this fails
-//! when a dependency change makes a selection resolve differently, and names the crates.
-//! Limit: `cargo tree` names a crate built for both the build scripts (host) and the program
-//! once, and this merges the two; a difference on the host side only is not seen (trainer-gui
-//! after trainer-cli still rebuilds burn through host-built serde, syn...; see
-//! docs/BENCHMARKS.md, "A newcomer's first hour").
+//! One burn build per profile: whichever of the README's commands runs first (the main job,
+//! the app, the tests) compiles burn, and the others reuse it. `workspace-hack/` asks for the
+//! union of every selection's features; this fails when a dependency change makes one command
+//! build a crate differently from another, and names the crates.
+//!
+//! It reads cargo's unit graph: each compilation cargo would run, with its profile, features
+//! and dependencies, host builds (build scripts, proc-macros) apart from the program's. Two
+//! commands share a compiled crate only when the crate and everything below it are built the
+//! same way, so a unit is keyed by itself and its dependencies' keys, as cargo's own hash is.
+//! `cargo tree` cannot show this: it prints a crate built for the host and for the program
+//! under one name, which hid the host-side difference through which trainer-gui rebuilt burn.
+//! The unit graph is unstable cargo output; `RUSTC_BOOTSTRAP=1` lets this stable cargo print
+//! it, for this read-only query only.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
 use std::process::Command;
 
-/// Each package in the build, as `name version`, with the features it is built with.
-fn resolved(selection: &[&str], edges: &str) -> BTreeMap<String, BTreeSet<String>> {
+use serde_json::Value;
+
+/// Where a compiled crate would live: the package, its target, what cargo does with it and the
+/// profile. Two commands that each compile the same slot must produce the same unit there, or
+/// the second one compiles it again.
+type Slot = (String, String, String, String);
+
+/// Every unit a cargo command would compile, by slot, each as a hash of itself and its
+/// dependencies.
+fn units(command: &[&str]) -> BTreeMap<Slot, BTreeSet<u64>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let output = Command::new(cargo)
         .current_dir(root)
-        .args(["tree", "--locked", "-e", edges, "--prefix", "none"])
-        .args(["-f", "{p} {f}"])
-        .args(selection)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(command)
+        .args(["--locked", "--unit-graph", "-Z", "unstable-options"])
         .output()
         .expect("cargo runs");
     assert!(
         output.status.success(),
-        "cargo tree {selection:?}: {}",
+        "cargo {command:?} --unit-graph: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut packages: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let mut parts = line.split_whitespace();
-        let (Some(name), Some(version)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let features = parts
-            .next()
-            .filter(|f| !f.starts_with('('))
-            .map(|f| f.split(',').map(str::to_string).collect())
-            .unwrap_or_default();
-        packages
-            .entry(format!("{name} {version}"))
-            .or_default()
-            .extend::<BTreeSet<String>>(features);
+    let graph: Value = serde_json::from_slice(&output.stdout).expect("the unit graph is JSON");
+    let units = graph["units"].as_array().expect("units");
+
+    fn key(i: usize, units: &[Value], memo: &mut HashMap<usize, u64>) -> u64 {
+        if let Some(&k) = memo.get(&i) {
+            return k;
+        }
+        let unit = &units[i];
+        let mut deps: Vec<u64> = unit["dependencies"]
+            .as_array()
+            .expect("dependencies")
+            .iter()
+            .map(|d| key(d["index"].as_u64().expect("index") as usize, units, memo))
+            .collect();
+        deps.sort_unstable();
+        let mut hasher = DefaultHasher::new();
+        for field in [
+            "pkg_id", "target", "mode", "profile", "platform", "features",
+        ] {
+            unit[field].to_string().hash(&mut hasher);
+        }
+        deps.hash(&mut hasher);
+        let k = hasher.finish();
+        memo.insert(i, k);
+        k
     }
-    packages
+
+    let mut memo = HashMap::new();
+    let mut slots: BTreeMap<Slot, BTreeSet<u64>> = BTreeMap::new();
+    for (i, unit) in units.iter().enumerate() {
+        let package = unit["pkg_id"].as_str().expect("pkg_id");
+        let package = package.rsplit('#').next().unwrap_or(package).to_string();
+        let slot = (
+            package,
+            unit["target"]["name"].to_string(),
+            unit["mode"].to_string(),
+            unit["profile"].to_string(),
+        );
+        slots
+            .entry(slot)
+            .or_default()
+            .insert(key(i, units, &mut memo));
+    }
+    slots
 }
 
-fn differences(selection: &[&str], edges: &str) -> Vec<String> {
-    let whole = resolved(&["--workspace"], edges);
-    let part = resolved(selection, edges);
-    assert!(part.keys().any(|p| p.starts_with("burn ")), "burn is built");
-    part.iter()
-        .filter_map(|(package, features)| {
-            let all = whole.get(package)?;
-            (all != features).then(|| {
-                let missing: Vec<&String> = all.difference(features).collect();
-                format!("{package}: without {missing:?}")
-            })
+/// The crates that `second`, run after `first`, would compile again although `first` compiled
+/// them already (same package, target and profile, built another way).
+fn rebuilt(
+    second: &BTreeMap<Slot, BTreeSet<u64>>,
+    first: &BTreeMap<Slot, BTreeSet<u64>>,
+) -> Vec<String> {
+    second
+        .iter()
+        .filter(|(slot, built)| {
+            first
+                .get(*slot)
+                .is_some_and(|before| !built.is_subset(before))
         })
+        .map(|((package, _, mode, _), _)| format!("{package} ({mode})"))
         .collect()
 }
 
+fn assert_each_reuses_the_others(commands: &[&[&str]]) {
+    let graphs: Vec<_> = commands.iter().map(|c| units(c)).collect();
+    for (i, second) in graphs.iter().enumerate() {
+        assert!(
+            second
+                .keys()
+                .any(|(package, ..)| package.starts_with("burn@")),
+            "`cargo {:?}` builds burn",
+            commands[i]
+        );
+        for (j, first) in graphs.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let again = rebuilt(second, first);
+            assert!(
+                again.is_empty(),
+                "`cargo {:?}` after `cargo {:?}` would compile these again; give \
+                 workspace-hack/Cargo.toml the features that differ (host-side ones under \
+                 [build-dependencies]): {again:#?}",
+                commands[i],
+                commands[j]
+            );
+        }
+    }
+}
+
 #[test]
-fn the_readmes_commands_resolve_as_the_workspace_does() {
-    // The main job and the app (release builds: no dev-dependencies).
-    for package in ["trainer-cli", "trainer-gui", "headroom-core"] {
-        let diff = differences(&["-p", package], "normal,build");
-        assert!(
-            diff.is_empty(),
-            "`cargo build -p {package}` would build these differently from the workspace, and \
-             so compile burn again; add their features to workspace-hack/Cargo.toml: {diff:#?}"
-        );
-    }
-    // Tests of one package against `cargo test --workspace`.
-    for package in ["trainer-cli", "headroom-core"] {
-        let diff = differences(&["-p", package], "normal,build,dev");
-        assert!(
-            diff.is_empty(),
-            "`cargo test -p {package}` resolves differently from `cargo test --workspace`; \
-             add these to workspace-hack/Cargo.toml: {diff:#?}"
-        );
-    }
+fn the_readmes_release_commands_share_one_burn_build() {
+    assert_each_reuses_the_others(&[
+        &["build", "--release", "-p", "trainer-cli"],
+        &["build", "--release", "-p", "trainer-gui"],
+        &["build", "--release", "--workspace"],
+    ]);
+}
+
+#[test]
+fn tests_of_one_package_share_the_workspaces_test_build() {
+    assert_each_reuses_the_others(&[
+        &["test", "--no-run", "--workspace"],
+        &["test", "--no-run", "-p", "trainer-cli"],
+        &["test", "--no-run", "-p", "headroom-core"],
+    ]);
 }
