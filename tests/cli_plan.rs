@@ -51,9 +51,26 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         "--what-if",
         "--effective-batch",
         "4096",
+        "--memory-budget",
+        "512MiB",
         "--json",
     ]);
     let rows = doc["rows"].as_array().unwrap();
+    // The budget named on the command line comes first, planned as a GPU's and within it.
+    let named = &rows[0];
+    assert!(
+        named["device"]
+            .as_str()
+            .unwrap()
+            .contains("--memory-budget"),
+        "{named}"
+    );
+    assert_eq!(named["budget_bytes"].as_u64(), Some(512 << 20));
+    let predicted = named["plan"]["Ok"]["predicted_peak_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(predicted <= 512 << 20, "{named}");
+    let rows = &rows[1..];
     let names: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     for wanted in [
         "RTX 3070 Laptop",

@@ -20,9 +20,9 @@ use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::{Bytes, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::config::TrainConfig;
 use crate::data::Normalization;
-use crate::model::VqAutoencoder;
-use crate::train::TrainConfig;
+use crate::model::{ModelConfig, ModelError};
 
 const FORMAT_VERSION: u32 = 1;
 const MODEL_FILE: &str = "model.safetensors";
@@ -75,15 +75,17 @@ pub enum CheckpointError {
     },
     #[error("{path} is not a Headroom checkpoint: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Model(#[from] ModelError),
     #[error(
         "no checkpoint in {path}: expected {POINTER_FILE} or {STATE_FILE}; pass a run's --out directory or one of its checkpoints/step-* directories"
     )]
     Missing { path: PathBuf },
 }
 
-pub struct LoadedCheckpoint {
+pub struct LoadedCheckpoint<M> {
     pub state: CheckpointState,
-    pub model: VqAutoencoder,
+    pub model: M,
     pub optimizer: ModuleOptimizer,
     pub path: PathBuf,
 }
@@ -98,10 +100,10 @@ pub fn new_optimizer() -> ModuleOptimizer {
 }
 
 /// Writes a checkpoint of `state` into `run_dir` and points `checkpoint.json` at it.
-pub fn save(
+pub fn save<M: Module>(
     run_dir: &Path,
     state: &CheckpointState,
-    model: &VqAutoencoder,
+    model: &M,
     optimizer: &ModuleOptimizer,
 ) -> Result<PathBuf, CheckpointError> {
     save_with_hook(run_dir, state, model, optimizer, &mut |_| Ok(()))
@@ -109,10 +111,10 @@ pub fn save(
 
 /// [`save`], calling `after_file` after each file lands in the scratch directory: tests use
 /// it to simulate a crash part-way through.
-pub fn save_with_hook(
+pub fn save_with_hook<M: Module>(
     run_dir: &Path,
     state: &CheckpointState,
-    model: &VqAutoencoder,
+    model: &M,
     optimizer: &ModuleOptimizer,
     after_file: &mut dyn FnMut(&Path) -> std::io::Result<()>,
 ) -> Result<PathBuf, CheckpointError> {
@@ -215,15 +217,20 @@ pub fn read_state(path: &Path) -> Result<CheckpointState, CheckpointError> {
     Ok(state)
 }
 
-/// Loads a checkpoint onto `device` (an autodiff device to continue training).
-pub fn load(path: &Path, device: &Device) -> Result<LoadedCheckpoint, CheckpointError> {
+/// Loads a checkpoint of model `C` onto `device` (an autodiff device to continue training);
+/// a checkpoint of another model is refused with both names.
+pub fn load<C: ModelConfig>(
+    path: &Path,
+    device: &Device,
+) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
     let dir = resolve(path)?;
     let state = read_state(&dir)?;
     let read = |file: &str| {
         let p = dir.join(file);
         fs::read(&p).map_err(|source| CheckpointError::Read { path: p, source })
     };
-    let mut model = state.config.model.init(device);
+    let config: C = state.config.model.config()?;
+    let mut model = config.init(device);
     let mut store = SafetensorsStore::from_bytes(Some(read(MODEL_FILE)?));
     model
         .load_from(&mut store)
@@ -242,7 +249,7 @@ pub fn load(path: &Path, device: &Device) -> Result<LoadedCheckpoint, Checkpoint
 }
 
 /// The ids of `model`'s parameters in visiting order, for [`CheckpointState::param_ids`].
-pub fn param_ids(model: &VqAutoencoder) -> Vec<u64> {
+pub fn param_ids<M: Module>(model: &M) -> Vec<u64> {
     struct Ids(Vec<u64>);
     impl ModuleVisitor for Ids {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
@@ -254,7 +261,7 @@ pub fn param_ids(model: &VqAutoencoder) -> Vec<u64> {
     ids.0
 }
 
-fn restore_param_ids(model: VqAutoencoder, ids: &[u64]) -> Result<VqAutoencoder, String> {
+fn restore_param_ids<M: Module>(model: M, ids: &[u64]) -> Result<M, String> {
     let expected = param_ids(&model).len();
     if ids.len() != expected {
         return Err(format!(
@@ -317,6 +324,7 @@ fn prune(checkpoints: &Path, current: &str) {
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
+    use crate::model::{VqAutoencoder, VqAutoencoderConfig};
     use burn::module::Module;
 
     fn params(model: &VqAutoencoder) -> Vec<f32> {
@@ -346,10 +354,10 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(1);
-        let first = TrainConfig::default().model.init(&device);
+        let first = VqAutoencoderConfig::default().init(&device);
         save(run.path(), &state(1, &first), &first, &new_optimizer()).unwrap();
 
-        let second = TrainConfig::default().model.init(&device);
+        let second = VqAutoencoderConfig::default().init(&device);
         assert!(
             params(&first) != params(&second),
             "two initialisations should differ"
@@ -370,7 +378,7 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("simulated crash"), "{err}");
 
-        let loaded = load(run.path(), &device).unwrap();
+        let loaded = load::<VqAutoencoderConfig>(run.path(), &device).unwrap();
         assert_eq!(loaded.state, state(1, &first));
         assert_eq!(param_ids(&loaded.model), param_ids(&first));
         assert!(
@@ -381,10 +389,26 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_of_another_model_is_refused_with_both_names() {
+        let run = tempfile::tempdir().unwrap();
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        let model = VqAutoencoderConfig::default().init(&device);
+        save(run.path(), &state(1, &model), &model, &new_optimizer()).unwrap();
+        let Err(error) = load::<crate::model::DcaseAeConfig>(run.path(), &device) else {
+            panic!("a VQ checkpoint loaded as dcase-ae");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("vq-patch-ae") && error.contains("dcase-ae"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn newest_checkpoint_wins_and_old_ones_are_pruned() {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
-        let model = TrainConfig::default().model.init(&device);
+        let model = VqAutoencoderConfig::default().init(&device);
         for step in 1..=4 {
             save(run.path(), &state(step, &model), &model, &new_optimizer()).unwrap();
         }

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 use headroom_datasets::patch::all_patches;
 use headroom_datasets::{
-    ClipStore, FileError, FileProblem, PATCH_SIZE, PatchError, PatchSpec, Prefetch, Spectrogram,
+    ClipStore, FileError, FileProblem, PatchError, PatchShape, PatchSpec, Prefetch, Spectrogram,
 };
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::model::Patches;
 
 /// Spectrogram values are standardised with the train split's mean and deviation, so the
 /// model sees unit-scale inputs whatever the recording level.
@@ -42,31 +44,42 @@ impl Normalization {
     }
 }
 
-/// Patches of several spectrograms, ready to become a `[n, 1, 64, 64]` tensor.
+/// Patches of several spectrograms, ready to become a model's [`Patches`]: `[n, 1, mels,
+/// frames]` values and each patch's class.
 #[derive(Debug, Clone)]
 pub struct PatchBatch {
     pub values: Vec<f32>,
     pub patches: usize,
+    pub shape: PatchShape,
+    /// The class of each patch's clip (its machine ID among the run's).
+    pub classes: Vec<i64>,
 }
 
 impl PatchBatch {
     /// The batch in pieces of at most `max` patches, so that scoring a long clip never
     /// needs more memory than a training micro-batch.
     pub fn chunks(&self, max: usize) -> impl Iterator<Item = PatchBatch> + '_ {
-        let per_patch = PATCH_SIZE * PATCH_SIZE;
+        let per_patch = self.shape.values().max(1);
+        let max = max.max(1);
         self.values
-            .chunks(max.max(1) * per_patch)
-            .map(move |values| PatchBatch {
+            .chunks(max * per_patch)
+            .zip(self.classes.chunks(max))
+            .map(move |(values, classes)| PatchBatch {
                 values: values.to_vec(),
                 patches: values.len() / per_patch,
+                shape: self.shape,
+                classes: classes.to_vec(),
             })
     }
 
-    pub fn to_tensor(self, device: &Device) -> Tensor<4> {
-        Tensor::from_data(
-            TensorData::new(self.values, [self.patches, 1, PATCH_SIZE, PATCH_SIZE]),
+    pub fn to_tensor(self, device: &Device) -> Patches {
+        let n = self.patches;
+        let values = Tensor::from_data(
+            TensorData::new(self.values, [n, 1, self.shape.mels, self.shape.frames]),
             device,
-        )
+        );
+        let classes = Tensor::from_data(TensorData::new(self.classes, [n]), device);
+        Patches { values, classes }
     }
 }
 
@@ -76,6 +89,8 @@ impl PatchBatch {
 pub struct TrainStream {
     store: Arc<ClipStore>,
     train: Arc<Vec<usize>>,
+    /// The class of each clip of the store.
+    classes: Arc<Vec<i64>>,
     spec: PatchSpec,
     seed: u64,
     normalization: Normalization,
@@ -88,14 +103,20 @@ pub struct TrainStream {
 /// The read-ahead from one stream position on.
 struct Ahead {
     next: u64,
-    patches: Prefetch<(u64, usize), Result<Vec<f32>, FileError>>,
+    patches: Prefetch<(u64, usize), Result<ClipPatches, FileError>>,
 }
 
+/// One spectrogram's patches and its class.
+type ClipPatches = (Vec<f32>, i64);
+
 impl TrainStream {
-    /// `depth`: spectrograms read ahead of the consumer.
+    /// `depth`: spectrograms read ahead of the consumer; `classes`: the class of each of the
+    /// store's clips.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<ClipStore>,
         train: Vec<usize>,
+        classes: Arc<Vec<i64>>,
         spec: PatchSpec,
         seed: u64,
         normalization: Normalization,
@@ -105,6 +126,7 @@ impl TrainStream {
         Self {
             store,
             train: Arc::new(train),
+            classes,
             spec,
             seed,
             normalization,
@@ -142,7 +164,9 @@ impl TrainStream {
             self.ahead = Some(self.read_ahead_from(first));
         }
         let ahead = self.ahead.as_mut().expect("set just above");
-        let mut values = Vec::with_capacity(count * self.spec.n_patches * PATCH_SIZE * PATCH_SIZE);
+        let per_clip = self.spec.n_patches;
+        let mut values = Vec::with_capacity(count * per_clip * self.spec.shape.values());
+        let mut classes = Vec::with_capacity(count * per_clip);
         for _ in 0..count {
             let patches = ahead.patches.next().unwrap_or_else(|| {
                 Err(FileError::new(
@@ -152,7 +176,10 @@ impl TrainStream {
             });
             ahead.next += 1;
             match patches {
-                Ok(p) => values.extend_from_slice(&p),
+                Ok((p, class)) => {
+                    values.extend_from_slice(&p);
+                    classes.extend(std::iter::repeat_n(class, per_clip));
+                }
                 Err(error) => {
                     self.ahead = None;
                     return Err(error);
@@ -160,8 +187,10 @@ impl TrainStream {
             }
         }
         Ok(PatchBatch {
-            patches: count * self.spec.n_patches,
+            patches: count * per_clip,
             values,
+            shape: self.spec.shape,
+            classes,
         })
     }
 
@@ -172,9 +201,10 @@ impl TrainStream {
             seed: self.seed,
             order: (u64::MAX, Vec::new()),
         };
-        let (store, train, spec, seed, normalization) = (
+        let (store, train, classes, spec, seed, normalization) = (
             self.store.clone(),
             self.train.clone(),
+            self.classes.clone(),
             self.spec,
             self.seed,
             self.normalization,
@@ -187,11 +217,11 @@ impl TrainStream {
                 let index = train[slot];
                 let spectrogram = store.read(index)?;
                 let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, position, 0x9a7c));
-                let mut values = Vec::with_capacity(spec.n_patches * PATCH_SIZE * PATCH_SIZE);
+                let mut values = Vec::with_capacity(spec.n_patches * spec.shape.values());
                 spec.extract_into(&spectrogram, &mut rng, &mut values)
                     .map_err(|e| FileError::new(store.clips()[index].describe(), e.into()))?;
                 normalization.apply(&mut values);
-                Ok(values)
+                Ok((values, classes.get(index).copied().unwrap_or(0)))
             },
         );
         Ahead {
@@ -227,16 +257,24 @@ impl Iterator for Positions {
     }
 }
 
-/// Every patch of one clip, `stride` frames apart: how validation and scoring see a clip.
+/// Every patch of `shape` in one clip, `stride` frames apart, each of the clip's `class`: how
+/// validation and scoring see a clip.
 pub fn clip_patches(
     spectrogram: &Spectrogram,
+    shape: PatchShape,
     stride: usize,
+    class: i64,
     normalization: &Normalization,
 ) -> Result<PatchBatch, PatchError> {
     let mut values = Vec::new();
-    let patches = all_patches(spectrogram, stride, &mut values)?;
+    let patches = all_patches(spectrogram, shape, stride, &mut values)?;
     normalization.apply(&mut values);
-    Ok(PatchBatch { values, patches })
+    Ok(PatchBatch {
+        values,
+        patches,
+        shape,
+        classes: vec![class; patches],
+    })
 }
 
 fn mix(seed: u64, a: u64, salt: u64) -> u64 {
@@ -254,16 +292,20 @@ mod tests {
 
     #[test]
     fn a_batch_splits_into_chunks_that_keep_every_patch_in_order() {
-        let per_patch = PATCH_SIZE * PATCH_SIZE;
+        let shape = PatchShape { mels: 8, frames: 5 };
+        let per_patch = shape.values();
         let batch = PatchBatch {
             values: (0..5 * per_patch).map(|v| v as f32).collect(),
             patches: 5,
+            shape,
+            classes: vec![0, 1, 2, 3, 4],
         };
         let parts: Vec<PatchBatch> = batch.chunks(2).collect();
         assert_eq!(
             parts.iter().map(|p| p.patches).collect::<Vec<_>>(),
             [2, 2, 1]
         );
+        assert_eq!(parts[1].classes, [2, 3]);
         let joined: Vec<f32> = parts.into_iter().flat_map(|p| p.values).collect();
         assert_eq!(joined, batch.values);
     }
@@ -301,12 +343,23 @@ mod tests {
             n_patches: 1,
             stride: 16,
             placement: PatchPlacement::Random,
+            shape: PatchShape::SQUARE_64,
         };
+        let classes = Arc::new(vec![0; 5]);
         let norm = Normalization {
             mean: 0.0,
             std: 1.0,
         };
-        let mut stream = TrainStream::new(store(5), (0..5).collect(), spec, 3, norm, 2, 3);
+        let mut stream = TrainStream::new(
+            store(5),
+            (0..5).collect(),
+            classes.clone(),
+            spec,
+            3,
+            norm,
+            2,
+            3,
+        );
         let mut firsts = |first: u64| -> Vec<f32> {
             let b = stream.batch(first, 5).unwrap();
             (0..5).map(|p| b.values[p * 4096]).collect()
@@ -325,7 +378,7 @@ mod tests {
         .concat();
         assert_eq!(whole, parts);
         // Read ahead or not, the same positions give the same patches.
-        let mut fresh = TrainStream::new(store(5), (0..5).collect(), spec, 3, norm, 1, 1);
+        let mut fresh = TrainStream::new(store(5), (0..5).collect(), classes, spec, 3, norm, 1, 1);
         assert_eq!(fresh.batch(3, 4).unwrap().values, whole);
     }
 

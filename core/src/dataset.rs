@@ -12,8 +12,9 @@ use headroom_datasets::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::config::{DatasetSource, TrainConfig};
 use crate::data::Normalization;
-use crate::train::{DatasetSource, TrainConfig};
+use crate::model::Machine;
 
 /// What to do with a file that cannot be a clip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -91,6 +92,11 @@ pub struct RunData {
     /// Files left out, with what was wrong (`--on-bad-file skip`).
     pub skipped: Vec<String>,
     pub loader: LoaderOptions,
+    /// The class of each clip of the store: its machine's index in `machines`; models that
+    /// learn machine IDs predict it.
+    pub classes: Arc<Vec<i64>>,
+    /// The train split's machines, sorted by type and ID.
+    pub machines: Vec<Machine>,
 }
 
 /// Indexes the run's dataset and splits it; reads nothing yet.
@@ -136,6 +142,7 @@ pub fn open(config: &TrainConfig, loader: &LoaderOptions) -> Result<RunData, Dat
             Split::Test => test.push(i),
         }
     }
+    let (classes, machines) = machine_classes(&clips, &train);
     let mut store = ClipStore::new(clips, reader);
     if fits_resident(&store, loader.host_memory_bytes) {
         store.keep_resident();
@@ -147,7 +154,30 @@ pub fn open(config: &TrainConfig, loader: &LoaderOptions) -> Result<RunData, Dat
         test,
         skipped,
         loader: loader.clone(),
+        classes: Arc::new(classes),
+        machines,
     })
+}
+
+/// Each clip's machine as a class index among the machines of the `train` clips, sorted by
+/// type and ID (a machine the train split lacks gets class 0), and those machines.
+fn machine_classes(clips: &[ClipInfo], train: &[usize]) -> (Vec<i64>, Vec<Machine>) {
+    let machine = |c: &ClipInfo| Machine {
+        machine_type: c.machine_type.clone(),
+        machine_id: c.machine_id,
+    };
+    let machines: std::collections::BTreeSet<Machine> =
+        train.iter().map(|&i| machine(&clips[i])).collect();
+    let machines: Vec<Machine> = machines.into_iter().collect();
+    let classes = clips
+        .iter()
+        .map(|c| {
+            machines
+                .binary_search(&machine(c))
+                .map_or(0, |class| class as i64)
+        })
+        .collect();
+    (classes, machines)
 }
 
 /// Whether every clip's spectrogram fits in half the loader's host memory, judged from

@@ -1,18 +1,19 @@
-//! Anomaly scoring: a clip's score is the mean reconstruction error of its patches
-//! (MODEL.md); AUC and pAUC per machine type and ID, averaged as the DCASE challenge does.
+//! Anomaly scoring: a clip's score is the mean of its patches' scores (for an autoencoder the
+//! reconstruction error, MODEL.md); AUC and pAUC per machine type and ID, averaged as the
+//! DCASE challenge does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use burn::tensor::Device;
-use headroom_datasets::{ClipStore, FileError, Label, Prefetch};
+use headroom_datasets::{ClipStore, FileError, Label, PatchShape, Prefetch};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Normalization, PatchBatch, clip_patches};
 use crate::dataset::{OnBadFile, report_bad_files};
 use crate::events::{EvaluationReport, MachineScore, TypeScore};
 use crate::metrics::{partial_auc, roc_auc};
-use crate::model::VqAutoencoder;
+use crate::model::SpectrogramModel;
 
 /// The DCASE 2020 Task 2 pAUC's false-positive range.
 pub const PAUC_MAX_FPR: f64 = 0.1;
@@ -31,6 +32,8 @@ pub struct ClipScore {
 /// How scoring reads and splits clips.
 #[derive(Debug, Clone, Copy)]
 pub struct ScoreSettings {
+    /// The model's patch.
+    pub shape: PatchShape,
     pub stride: usize,
     /// Patches on the device at once.
     pub chunk: usize,
@@ -40,18 +43,22 @@ pub struct ScoreSettings {
 
 /// Scores of the clips at `indices` of `store`, in that order, reading ahead on worker
 /// threads; with [`OnBadFile::Skip`] unreadable clips are left out and listed in `skipped`.
-pub fn clip_scores(
-    model: &VqAutoencoder,
+/// `classes` holds each store clip's class.
+#[allow(clippy::too_many_arguments)]
+pub fn clip_scores<M: SpectrogramModel>(
+    model: &M,
     device: &Device,
     store: &Arc<ClipStore>,
+    classes: &Arc<Vec<i64>>,
     indices: &[usize],
     normalization: &Normalization,
     settings: ScoreSettings,
     skipped: &mut Vec<String>,
 ) -> Result<Vec<ClipScore>, crate::dataset::DataError> {
     let reader = store.clone();
+    let classes = classes.clone();
     let normalization = *normalization;
-    let stride = settings.stride;
+    let (shape, stride) = (settings.shape, settings.stride);
     let jobs: Vec<usize> = indices.to_vec();
     let batches = Prefetch::new(
         jobs.into_iter(),
@@ -59,7 +66,8 @@ pub fn clip_scores(
         2 * settings.workers.max(1),
         move |i| -> (usize, Result<PatchBatch, FileError>) {
             let batch = reader.read(i).and_then(|s| {
-                clip_patches(&s, stride, &normalization)
+                let class = classes.get(i).copied().unwrap_or(0);
+                clip_patches(&s, shape, stride, class, &normalization)
                     .map_err(|e| FileError::new(reader.clips()[i].describe(), e.into()))
             });
             (i, batch)
@@ -81,8 +89,8 @@ pub fn clip_scores(
         let sum: f64 = batch
             .chunks(settings.chunk)
             .map(|part| {
-                let errors = model.patch_errors(part.to_tensor(device));
-                errors.sum().into_scalar::<f32>() as f64
+                let scores = model.patch_scores(part.to_tensor(device));
+                scores.sum().into_scalar::<f32>() as f64
             })
             .sum();
         let clip = &store.clips()[i];

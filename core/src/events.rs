@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::memory::MemorySource;
-use crate::plan::{Breakdown, Plan, StepMeasurement};
+use crate::planned::{Breakdown, Plan, StepMeasurement};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -70,7 +70,7 @@ pub struct DryRunReport {
     pub n_patches: usize,
     pub accumulation: usize,
     pub checkpointing: bool,
-    pub precision: crate::probe::Precision,
+    pub precision: crate::precision::Precision,
     pub predicted_peak_bytes: u64,
     pub measured_peak_bytes: u64,
     pub budget_bytes: u64,
@@ -94,6 +94,9 @@ pub struct RecoveryReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
+    /// The model's name (`trainer-cli models`).
+    #[serde(default)]
+    pub model: String,
     pub backend: String,
     pub device: String,
     pub micro_batch: usize,

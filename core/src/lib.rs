@@ -4,6 +4,8 @@
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
+pub mod choose;
+pub mod config;
 pub mod data;
 pub mod dataset;
 pub mod eval;
@@ -12,12 +14,15 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod planned;
+pub mod precision;
 pub mod probe;
+pub mod step;
 pub mod train;
 
 pub use backend::{BackendError, BackendKind, DeviceTarget, Target};
 pub use events::{Event, EventSink};
-pub use train::{RunLength, RunOptions, TrainConfig, TrainError, Trainer};
+pub use train::{ModelTrainer, RunLength, RunOptions, TrainConfig, TrainError, Trainer};
 
 // Unit tests measure host memory, so their binary counts allocations like the CLI does.
 #[cfg(test)]

@@ -5,7 +5,6 @@
 use headroom_core::events::Event;
 use headroom_core::memory::Budget;
 use headroom_core::memory::alloc::CountingAllocator;
-use headroom_core::model::flat_parameters;
 use headroom_core::train::{DatasetSource, TrainError};
 use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};
 use headroom_datasets::SyntheticConfig;
@@ -167,7 +166,7 @@ fn recovers_and_matches(backend: BackendKind, micro_batch: usize, k: u64, below:
     b.set_micro_batch(to).unwrap();
     b.run(&mut Vec::new()).unwrap();
 
-    let (pa, pb) = (flat_parameters(a.model()), flat_parameters(b.model()));
+    let (pa, pb) = (a.parameters(), b.parameters());
     assert_eq!(pa.len(), pb.len());
     let worst = pa
         .iter()

@@ -7,9 +7,10 @@ use burn::tensor::{Distribution, Int, Tensor};
 use headroom_core::BackendKind;
 use headroom_core::checkpoint::new_optimizer;
 use headroom_core::memory::MemoryMeter;
+use headroom_core::model::Patches;
 use headroom_core::model::nearest_code::{fused_on, fused_runs, nearest_codes};
 use headroom_core::model::{LayerForms, VqAutoencoderConfig};
-use headroom_core::train::step::{Objective, StepSettings, optimizer_step};
+use headroom_core::step::{StepSettings, optimizer_step};
 
 fn codes(t: Tensor<1, Int>) -> Vec<i64> {
     t.into_data().convert::<i64>().try_to_vec::<i64>().unwrap()
@@ -116,12 +117,17 @@ fn the_kernel_path_trains_like_the_plain_path() {
                 step_patches: 8,
                 lr: 1e-3,
                 clip_norm: Some(1.0),
-                objective: Objective::VectorQuantized,
+                warming_up: false,
                 precision: Default::default(),
             };
-            let (next, report) =
-                optimizer_step(model, &mut optimizer, [batch.clone()], settings, &mut meter)
-                    .unwrap();
+            let (next, report) = optimizer_step(
+                model,
+                &mut optimizer,
+                [Patches::unlabelled(batch.clone())],
+                settings,
+                &mut meter,
+            )
+            .unwrap();
             model = next;
             losses.push(report.loss);
         }

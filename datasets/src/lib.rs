@@ -18,7 +18,7 @@ pub mod synthetic;
 pub use clip::{ClipInfo, Label, Origin, Spectrogram, Split};
 pub use error::{FileError, FileProblem};
 pub use logmel::{LogMel, LogMelConfig};
-pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchSpec};
+pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchShape, PatchSpec};
 pub use prefetch::Prefetch;
 pub use reader::{ClipReader, FeatureCache, FeatureSettings};
 pub use store::ClipStore;

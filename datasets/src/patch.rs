@@ -1,13 +1,41 @@
-//! Patching: a spectrogram yields `n_patches` square patches of `PATCH_SIZE` frames,
-//! `stride` frames apart along time (seed 001's `--n_patches` and `--stride`).
+//! Patching: a spectrogram yields `n_patches` patches, each every mel band by a few
+//! consecutive frames, `stride` frames apart along time (seed 001's `--n_patches` and
+//! `--stride`). The patch's shape is the model's input: 64 x 64 for the default model, 128 x
+//! 5 (a frame stack) for the DCASE baseline.
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::clip::Spectrogram;
 
-/// Patches are `PATCH_SIZE` mel bands by `PATCH_SIZE` frames: the model's input.
+/// The default model's patches are `PATCH_SIZE` mel bands by `PATCH_SIZE` frames.
 pub const PATCH_SIZE: usize = 64;
+
+/// A patch: `mels` bands (all of the spectrogram's) by `frames` consecutive frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchShape {
+    pub mels: usize,
+    pub frames: usize,
+}
+
+impl PatchShape {
+    /// The default model's 64 x 64 patch.
+    pub const SQUARE_64: PatchShape = PatchShape {
+        mels: PATCH_SIZE,
+        frames: PATCH_SIZE,
+    };
+
+    /// Values in one patch.
+    pub fn values(&self) -> usize {
+        self.mels * self.frames
+    }
+}
+
+impl Default for PatchShape {
+    fn default() -> Self {
+        Self::SQUARE_64
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PatchError {
@@ -21,8 +49,11 @@ pub enum PatchError {
         span: usize,
         frames: usize,
     },
-    #[error("the spectrogram has {n_mels} mel bands; the model takes patches of {PATCH_SIZE}")]
-    WrongMels { n_mels: usize },
+    #[error(
+        "the spectrogram has {n_mels} mel bands; the model takes patches of {expected} (compute \
+         the features with {expected} mels)"
+    )]
+    WrongMels { n_mels: usize, expected: usize },
     #[error("--n-patches and --stride must be at least 1 (got {n_patches} and {stride})")]
     Zero { n_patches: usize, stride: usize },
 }
@@ -43,12 +74,14 @@ pub struct PatchSpec {
     pub n_patches: usize,
     pub stride: usize,
     pub placement: PatchPlacement,
+    #[serde(default)]
+    pub shape: PatchShape,
 }
 
 impl PatchSpec {
     /// Frames covered by the run of patches.
     pub fn span(&self) -> usize {
-        (self.n_patches.saturating_sub(1)) * self.stride + PATCH_SIZE
+        (self.n_patches.saturating_sub(1)) * self.stride + self.shape.frames
     }
 
     /// Checks that a spectrogram of this shape can give these patches.
@@ -59,8 +92,11 @@ impl PatchSpec {
                 stride: self.stride,
             });
         }
-        if n_mels != PATCH_SIZE {
-            return Err(PatchError::WrongMels { n_mels });
+        if n_mels != self.shape.mels {
+            return Err(PatchError::WrongMels {
+                n_mels,
+                expected: self.shape.mels,
+            });
         }
         if self.span() > frames {
             return Err(PatchError::TooLong {
@@ -73,7 +109,7 @@ impl PatchSpec {
         Ok(())
     }
 
-    /// Appends the patches of `spec` to `out`, each `PATCH_SIZE * PATCH_SIZE` values, mel-major.
+    /// Appends the patches of `spec` to `out`, each `shape.values()` values, mel-major.
     pub fn extract_into(
         &self,
         spec: &Spectrogram,
@@ -87,20 +123,21 @@ impl PatchSpec {
             PatchPlacement::Random => rng.random_range(0..=slack),
         };
         for p in 0..self.n_patches {
-            copy_patch(spec, first + p * self.stride, out);
+            copy_patch(spec, self.shape, first + p * self.stride, out);
         }
         Ok(())
     }
 }
 
-/// Every patch `stride` frames apart over the whole clip: how a clip is scored.
+/// Every patch of `shape`, `stride` frames apart over the whole clip: how a clip is scored.
 pub fn all_patches(
     spec: &Spectrogram,
+    shape: PatchShape,
     stride: usize,
     out: &mut Vec<f32>,
 ) -> Result<usize, PatchError> {
-    let n_patches = if spec.frames >= PATCH_SIZE && stride > 0 {
-        (spec.frames - PATCH_SIZE) / stride + 1
+    let n_patches = if spec.frames >= shape.frames && stride > 0 {
+        (spec.frames - shape.frames) / stride + 1
     } else {
         0
     };
@@ -108,18 +145,19 @@ pub fn all_patches(
         n_patches,
         stride,
         placement: PatchPlacement::Even,
+        shape,
     };
     whole.check(spec.n_mels, spec.frames)?;
     for p in 0..n_patches {
-        copy_patch(spec, p * stride, out);
+        copy_patch(spec, shape, p * stride, out);
     }
     Ok(n_patches)
 }
 
-fn copy_patch(spec: &Spectrogram, start: usize, out: &mut Vec<f32>) {
-    for mel in 0..PATCH_SIZE {
+fn copy_patch(spec: &Spectrogram, shape: PatchShape, start: usize, out: &mut Vec<f32>) {
+    for mel in 0..shape.mels {
         let row = mel * spec.frames + start;
-        out.extend_from_slice(&spec.data[row..row + PATCH_SIZE]);
+        out.extend_from_slice(&spec.data[row..row + shape.frames]);
     }
 }
 
@@ -146,6 +184,7 @@ mod tests {
             n_patches: 4,
             stride: 32,
             placement: PatchPlacement::Even,
+            shape: PatchShape::SQUARE_64,
         };
         let mut out = Vec::new();
         ps.extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut out)
@@ -167,6 +206,7 @@ mod tests {
             n_patches: 2,
             stride: 16,
             placement: PatchPlacement::Random,
+            shape: PatchShape::SQUARE_64,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut starts = std::collections::BTreeSet::new();
@@ -190,6 +230,7 @@ mod tests {
             n_patches: 4,
             stride: 32,
             placement: PatchPlacement::Even,
+            shape: PatchShape::SQUARE_64,
         };
         let err = ps
             .extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut Vec::new())
@@ -201,8 +242,31 @@ mod tests {
     fn all_patches_cover_the_clip() {
         let spec = ramp(313);
         let mut out = Vec::new();
-        let n = all_patches(&spec, 32, &mut out).unwrap();
+        let n = all_patches(&spec, PatchShape::SQUARE_64, 32, &mut out).unwrap();
         assert_eq!(n, (313 - 64) / 32 + 1);
         assert_eq!(out.len(), n * 4096);
+    }
+
+    /// The DCASE baseline's frame stacks: every mel band by 5 frames, one frame apart.
+    #[test]
+    fn frame_stacks_are_narrow_patches() {
+        let spec = ramp(313);
+        let stack = PatchShape {
+            mels: PATCH_SIZE,
+            frames: 5,
+        };
+        let mut out = Vec::new();
+        let n = all_patches(&spec, stack, 1, &mut out).unwrap();
+        assert_eq!(n, 313 - 5 + 1);
+        assert_eq!(out.len(), n * 64 * 5);
+        // The second stack starts one frame later; its last value is mel 63, frame 1 + 4.
+        assert_eq!(out[64 * 5], 1.0);
+        assert_eq!(out[2 * 64 * 5 - 1], 5.0 + 63_000.0);
+        let wrong = PatchShape {
+            mels: 128,
+            frames: 5,
+        };
+        let err = all_patches(&spec, wrong, 1, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("128 mels"), "{err}");
     }
 }

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use headroom_core::probe::{Precision, choose};
+use headroom_core::choose;
+use headroom_core::precision::Precision;
 use headroom_core::{BackendKind, Target};
 use headroom_datasets::PatchPlacement;
 
@@ -21,10 +22,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Train the default model (the VQ patch autoencoder); with no flags, on the built-in
-    /// synthetic dataset on the CPU.
+    /// Train a model (default: the VQ patch autoencoder; see `models`); with no flags, on
+    /// the built-in synthetic dataset, on the device --backend auto picks.
     Train(Box<TrainArgs>),
-    /// Time training steps of the default model on random patches (one JSON line with --json).
+    /// Time training steps of a model on random patches (one JSON line with --json).
     Bench(BenchArgs),
     /// Show the plan a run would train with and its memory breakdown, or (--what-if) the plans
     /// for common GPUs and this CPU.
@@ -38,6 +39,8 @@ pub enum Command {
     /// Score a dataset's test clips with a trained model: the challenge's per-clip score files
     /// and AUC/pAUC per machine type and ID (table, CSV and JSON).
     Eval(Box<EvalArgs>),
+    /// List the models --model takes, with their parameter counts and inputs.
+    Models(ModelsArgs),
     /// The GPU half of `probe`, run in a child process so a driver fault cannot take the
     /// caller down.
     #[command(name = "__probe-gpus", hide = true)]
@@ -241,6 +244,10 @@ pub struct TrainArgs {
     /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
+    /// The model to train (`trainer-cli models` lists them) [default: vq-patch-ae]; a
+    /// resumed run keeps its own.
+    #[arg(long)]
+    pub model: Option<String>,
     /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
@@ -470,6 +477,9 @@ pub struct EvalArgs {
     /// A run directory (its newest checkpoint) or one checkpoint directory.
     #[arg(long)]
     pub checkpoint: PathBuf,
+    /// The model the checkpoint must hold [default: whichever it holds].
+    #[arg(long)]
+    pub model: Option<String>,
     /// Score this dataset's test clips [default: the run's own dataset]. Features are
     /// computed with the run's settings.
     #[arg(long, alias = "data_root")]
@@ -581,6 +591,9 @@ pub struct PlanArgs {
     /// Backend to plan for [default: auto].
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// The model to plan for (`trainer-cli models`) [default: vq-patch-ae].
+    #[arg(long)]
+    pub model: Option<String>,
     #[command(flatten)]
     pub memory: MemoryArgs,
     #[command(flatten)]
@@ -597,8 +610,9 @@ pub struct PlanArgs {
     pub data: DataArgs,
     #[command(flatten)]
     pub loader: LoaderArgs,
-    /// The plans for common GPUs and this CPU, in one table.
-    #[arg(long, conflicts_with_all = ["memory_budget", "simulate_device"])]
+    /// The plans for common GPUs and this CPU, in one table; with --memory-budget, also the
+    /// plan for a GPU that gives the run that much.
+    #[arg(long, conflicts_with = "simulate_device")]
     pub what_if: bool,
     /// Plan for burn's own layers and quantizer instead of Headroom's forms and kernels
     /// (calibrating with them), to compare what each fits.
@@ -618,11 +632,21 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Backend to time (auto probes the machine and says why it chose).
     #[arg(long, value_enum, default_value = "flex")]
     pub backend: Backend,
+    /// The model to time (`trainer-cli models`) [default: vq-patch-ae].
+    #[arg(long)]
+    pub model: Option<String>,
     /// burn's balanced gradient checkpointing.
     #[arg(long, alias = "use_gradient_checkpointing")]
     pub use_gradient_checkpointing: bool,

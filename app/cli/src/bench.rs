@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use headroom_core::bench::{self, BenchConfig};
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
 
 use crate::args::BenchArgs;
 use crate::render::mib;
@@ -33,13 +34,32 @@ pub fn run(args: BenchArgs) -> Result<()> {
             && config.steps > 0,
         "--batch-size, --n-patches, --gradient-accumulation-steps and --steps must be at least 1"
     );
-    if args.profile {
-        return print_profile(&bench::profile(&config, threads)?, args.json);
-    }
-    if args.memory_trace {
-        return print_trace(&bench::memory_trace(&config)?, args.json);
-    }
-    let result = bench::run(&config, threads)?;
+    let result = match args.model.as_deref() {
+        None | Some(VqAutoencoderConfig::NAME) => {
+            if args.profile {
+                return print_profile(&bench::profile(&config, threads)?, args.json);
+            }
+            if args.memory_trace {
+                return print_trace(&bench::memory_trace(&config)?, args.json);
+            }
+            bench::run(&config, threads)?
+        }
+        Some(name) => {
+            anyhow::ensure!(
+                !(args.profile || args.memory_trace || args.plain_layers),
+                "--profile, --memory-trace and --plain-layers look inside the default model's \
+                 layers; {name} is timed as a whole"
+            );
+            struct Time<'a>(&'a BenchConfig, usize);
+            impl WithModel for Time<'_> {
+                type Output = Result<bench::BenchResult, bench::BenchError>;
+                fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+                    bench::run_model(&model, self.0, self.1)
+                }
+            }
+            with_default(name, Time(&config, threads))??
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {

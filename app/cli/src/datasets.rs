@@ -95,6 +95,16 @@ pub fn features(args: FeaturesArgs) -> Result<()> {
 pub fn eval(args: EvalArgs) -> Result<()> {
     let state = headroom_core::checkpoint::read_state(&args.checkpoint)
         .with_context(|| format!("cannot read the checkpoint {}", args.checkpoint.display()))?;
+    if let Some(asked) = &args.model {
+        headroom_core::model::default_spec(asked)?;
+        let saved = &state.config.model.name;
+        anyhow::ensure!(
+            saved == asked,
+            "{} holds the model {saved}, not {asked}; score it as --model {saved}, or pass a \
+             checkpoint of {asked}",
+            args.checkpoint.display()
+        );
+    }
     let source = match (&args.data_root, &state.config.dataset) {
         (Some(root), saved) => Some(DatasetSource::Dcase {
             root: root.clone(),

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod budget;
 mod datasets;
+mod models;
 mod plan;
 mod probe;
 mod render;
@@ -66,6 +67,7 @@ fn run() -> Result<()> {
         args::Command::Synth(a) => datasets::synth(a),
         args::Command::Features(a) => datasets::features(a),
         args::Command::Eval(a) => datasets::eval(*a),
+        args::Command::Models(a) => models::run(a),
     }
 }
 

@@ -1,13 +1,13 @@
 //! `trainer-cli plan`: the plan a run would train with, its memory breakdown, and with
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use headroom_core::events::Event;
-use headroom_core::memory::MemoryMeter;
 use headroom_core::memory::human as gib;
-use headroom_core::model::{LayerForms, VqAutoencoderConfig};
+use headroom_core::memory::{MemoryMeter, parse_size};
+use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig, WithModel, with_default};
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
-use headroom_core::probe::Precision;
+use headroom_core::precision::Precision;
 use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;
@@ -15,6 +15,33 @@ use crate::render::mib;
 
 pub fn run(args: PlanArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
+    let name = args
+        .model
+        .clone()
+        .unwrap_or_else(|| VqAutoencoderConfig::NAME.to_string());
+    if args.plain_layers {
+        anyhow::ensure!(
+            name == VqAutoencoderConfig::NAME,
+            "--plain-layers compares the default model's layer forms; {name} has none of its own"
+        );
+        let model = VqAutoencoderConfig {
+            forms: LayerForms::Plain,
+            ..VqAutoencoderConfig::default()
+        };
+        return plan_for(args, model);
+    }
+    struct Plan(PlanArgs);
+    impl WithModel for Plan {
+        type Output = Result<()>;
+        fn run<C: ModelConfig>(self, model: C) -> Result<()> {
+            plan_for(self.0, model)
+        }
+    }
+    with_default(&name, Plan(args))?
+}
+
+/// `plan` for one model.
+fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
     let resolved = args.backend.resolve();
     if let Some(reason) = &resolved.reason
         && !args.json
@@ -23,14 +50,6 @@ pub fn run(args: PlanArgs) -> Result<()> {
     }
     let target = resolved.target();
     let backend = target.backend;
-    let model = VqAutoencoderConfig {
-        forms: if args.plain_layers {
-            LayerForms::Plain
-        } else {
-            LayerForms::Auto
-        },
-        ..VqAutoencoderConfig::default()
-    };
     // Planning here happens before any dataset is loaded: nothing is resident yet.
     let resident = MemoryMeter::new(backend, &target.device()?)
         .sample()
@@ -52,10 +71,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         plan::unchecked(target, &model, &planning, share)?
     } else {
         // As `train` plans: the dataset opened first, so what it holds counts.
-        let config = TrainConfig {
+        let mut config = TrainConfig {
             backend: target.backend,
             device: target.device,
-            model,
             dataset: crate::train::dataset_source(
                 &args.data,
                 args.machine_ids,
@@ -64,6 +82,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             ),
             ..TrainConfig::default()
         };
+        config.set_model(&model);
         let loader = args.loader.options()?;
         headroom_core::train::plan_only(config, &planning, &loader, &mut events)?
     };
@@ -115,7 +134,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
 /// Calibration plus one larger step of each kind a large plan uses (f32, and the half
 /// precision): a step's peak grows faster per patch at larger sizes (docs/PLANNER.md), and a
 /// what-if plan reaches thousands of patches with no dry-run to correct it.
-fn calibrate_for_large_plans(target: Target, model: &VqAutoencoderConfig) -> Result<Calibration> {
+fn calibrate_for_large_plans<C: ModelConfig>(target: Target, model: &C) -> Result<Calibration> {
     let mut calibration = plan::calibrate(target, model)?;
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     for precision in std::iter::once(Precision::F32).chain(half) {
@@ -131,9 +150,9 @@ const LARGE_CALIBRATION_PATCHES: usize = 64;
 /// The memory model for the GPU rows: the GPU path's (the cubecl pool's footprint, the GPU
 /// forms of the layers), measured on a wgpu adapter where this machine has one (a software
 /// one's pool accounts as a GPU's does); else the local figures, said to be an estimate.
-fn gpu_calibration(
+fn gpu_calibration<C: ModelConfig>(
     local: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
     calibration: &Calibration,
     quiet: bool,
 ) -> (Calibration, String) {
@@ -210,10 +229,10 @@ struct Row {
     plan: Result<Plan, String>,
 }
 
-fn what_if(
+fn what_if<C: ModelConfig>(
     args: &PlanArgs,
     target: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
     resident: u64,
 ) -> Result<()> {
     let f = args.memory.memory_fraction;
@@ -237,6 +256,19 @@ fn what_if(
             (d.label.to_string(), budget, 0, &gpu_calibration)
         })
         .collect();
+    // A budget the user names is a GPU's: the table's own rows already cover this CPU.
+    if let Some(text) = &args.memory.memory_budget {
+        let bytes = parse_size(text).context("--memory-budget")?;
+        targets.insert(
+            0,
+            (
+                format!("a GPU, --memory-budget {}", gib(bytes)),
+                bytes,
+                0,
+                &gpu_calibration,
+            ),
+        );
+    }
     targets.push((
         format!("this CPU ({} RAM free)", gib(cpu)),
         (cpu as f64 * f) as u64,
@@ -345,7 +377,7 @@ struct Verified {
 }
 
 /// Calibrates once, then measures a real step at each configuration.
-fn verify(spec: &str, json: bool, target: Target, model: &VqAutoencoderConfig) -> Result<()> {
+fn verify<C: ModelConfig>(spec: &str, json: bool, target: Target, model: &C) -> Result<()> {
     let backend = target.backend;
     let configs = parse_configs(spec)?;
     let calibration = plan::calibrate(target, model)?;

@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use headroom_core::probe::{
-    self, DeviceReport, MachineReport, choose::choose, isolate::ChildProbe,
-};
+use headroom_core::choose::choose;
+use headroom_core::probe::{self, DeviceReport, MachineReport, isolate::ChildProbe};
 
 use crate::args::{ChildArgs, ProbeArgs};
 use headroom_core::probe::gpus::ProbeSettings;
@@ -89,7 +88,7 @@ fn memory(figure: &probe::MemoryFigure) -> String {
     }
 }
 
-fn table(devices: &[DeviceReport], choice: &probe::choose::Choice) -> String {
+fn table(devices: &[DeviceReport], choice: &headroom_core::choose::Choice) -> String {
     let header = [
         "",
         "backend",

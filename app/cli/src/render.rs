@@ -227,8 +227,9 @@ pub fn effective_batch_words(
 
 fn describe_run(info: &RunInfo) -> String {
     format!(
-        "Backend {} ({}), {} parameters, {}, checkpointing {}\n{}\n\
+        "Model {}, backend {} ({}), {} parameters, {}, checkpointing {}\n{}\n\
          {} steps per epoch; {} steps from step {}",
+        info.model,
         info.backend,
         info.device,
         info.parameters,

@@ -40,6 +40,7 @@ pub fn changes(args: &TrainArgs, saved: &TrainConfig, target: Option<Target>) ->
             refused.push(format!("{flag} {given} (the run has {was})"));
         }
     };
+    differs("--model", args.model.clone(), saved.model.name.clone());
     differs("--lr", args.lr.map(|v| v.to_string()), saved.lr.to_string());
     differs(
         "--clip-norm",

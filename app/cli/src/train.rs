@@ -47,12 +47,22 @@ pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Re
     })
 }
 
-fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
+fn config_from(args: &TrainArgs, target: Target) -> Result<TrainConfig> {
     let mut c = TrainConfig {
         backend: target.backend,
         device: target.device,
         ..TrainConfig::default()
     };
+    c.dataset = dataset_source(
+        &args.data,
+        args.machine_ids,
+        args.train_clips_per_id,
+        c.dataset,
+    );
+    // First, so that the flags below override the model's strides.
+    if let Some(name) = &args.model {
+        set_model(&mut c, name, args.data.features.n_mels)?;
+    }
     let set = |slot: &mut usize, v: Option<usize>| {
         if let Some(v) = v {
             *slot = v;
@@ -89,13 +99,22 @@ fn config_from(args: &TrainArgs, target: Target) -> TrainConfig {
     if let Some(n) = args.empty_cache_every {
         c.empty_cache_every = n;
     }
-    c.dataset = dataset_source(
-        &args.data,
-        args.machine_ids,
-        args.train_clips_per_id,
-        c.dataset,
-    );
-    c
+    Ok(c)
+}
+
+/// Trains the built-in model `name`: its features' mel bands, unless --n-mels asked for
+/// others, which the model then cannot read.
+fn set_model(config: &mut TrainConfig, name: &str, n_mels: Option<usize>) -> Result<()> {
+    let mels = headroom_core::model::default_spec(name)?.input()?.mels;
+    if let Some(asked) = n_mels {
+        anyhow::ensure!(
+            asked == mels,
+            "--n-mels {asked} does not fit --model {name}, which reads {mels} mel bands; \
+             leave --n-mels out"
+        );
+    }
+    config.set_built_in_model(name)?;
+    Ok(())
 }
 
 /// The dataset the flags name: the recordings under --data-root, else the built-in
@@ -253,7 +272,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 .with_context(|| format!("cannot resume from {}", dir.display()))?
         }
         _ => Trainer::new(
-            config_from(&args, target.unwrap_or(BackendKind::Flex.into())),
+            config_from(&args, target.unwrap_or(BackendKind::Flex.into()))?,
             options,
         )
         .context("cannot start training")?,

@@ -8,10 +8,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 
 use eframe::egui;
+use headroom_core::choose;
 use headroom_core::events::Event;
-use headroom_core::model::VqAutoencoderConfig;
+use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::Calibration;
-use headroom_core::probe::{self, MachineReport, choose, gpus::ProbeSettings, isolate::ChildProbe};
+use headroom_core::probe::{self, MachineReport, gpus::ProbeSettings, isolate::ChildProbe};
 use headroom_core::train::Evaluation;
 use headroom_core::{RunOptions, Target, TrainConfig, Trainer};
 use headroom_datasets::dcase;
@@ -31,7 +32,8 @@ pub enum Message {
     FilesChecked {
         checked: usize,
     },
-    Calibrated(Target, Result<Calibration, String>),
+    /// A device's calibration for a model (by name).
+    Calibrated(Target, String, Result<Calibration, String>),
     Event(Event),
     Evaluated(Box<Evaluation>),
     TrainingEnded(Result<(), String>),
@@ -117,11 +119,18 @@ pub fn synthetic_summary(config: &SyntheticConfig) -> DatasetSummary {
     )
 }
 
-pub fn calibrate(outbox: Outbox, target: Target) {
+/// Calibrates the planner for the built-in model `model` on `target`.
+pub fn calibrate(outbox: Outbox, target: Target, model: String) {
+    struct Calibrate(Target);
+    impl WithModel for Calibrate {
+        type Output = Result<Calibration, String>;
+        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            headroom_core::plan::calibrate(self.0, &model).map_err(|e| e.to_string())
+        }
+    }
     std::thread::spawn(move || {
-        let result = headroom_core::plan::calibrate(target, &VqAutoencoderConfig::default())
-            .map_err(|e| e.to_string());
-        outbox.send(Message::Calibrated(target, result));
+        let result = with_default(&model, Calibrate(target)).unwrap_or_else(|e| Err(e.to_string()));
+        outbox.send(Message::Calibrated(target, model, result));
     });
 }
 

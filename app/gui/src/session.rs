@@ -154,8 +154,8 @@ impl Session {
             Event::Config(info) => {
                 self.state = RunState::Training;
                 self.log.push(format!(
-                    "training on {} ({}): {} steps, effective batch {} patches",
-                    info.backend, info.device, info.total_steps, info.effective_batch
+                    "training {} on {} ({}): {} steps, effective batch {} patches",
+                    info.model, info.backend, info.device, info.total_steps, info.effective_batch
                 ));
                 self.info = Some(info.clone());
             }

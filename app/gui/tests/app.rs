@@ -88,7 +88,10 @@ fn trains_on_the_synthetic_dataset_shows_memory_under_the_budget_and_stops_with_
     );
     // The header and the event log name the device in words, not burn's Debug text.
     let status = harness.state().status().to_string();
-    assert!(status.starts_with("Training on flex (CPU"), "{status}");
+    assert!(
+        status.starts_with("Training vq-patch-ae on flex (CPU"),
+        "{status}"
+    );
     assert!(!status.contains("Device<"), "{status}");
     if let Some(brand) = headroom_core::probe::cpu::brand() {
         assert!(status.contains(&brand), "{status} does not name {brand}");
@@ -97,7 +100,7 @@ fn trains_on_the_synthetic_dataset_shows_memory_under_the_budget_and_stops_with_
     let log = &harness.state().session.log;
     let line = log
         .iter()
-        .find(|l| l.starts_with("training on flex"))
+        .find(|l| l.starts_with("training vq-patch-ae on flex"))
         .expect("the run's device in the log");
     assert!(line.contains("CPU") && !line.contains("Device<"), "{line}");
     harness.get_by_label(line);
@@ -170,6 +173,48 @@ fn pinning_the_micro_batch_changes_the_predicted_memory() {
     assert_eq!(harness.state().plan().unwrap().unwrap().0.micro_batch, 1);
 }
 
+/// Another model in the picker is calibrated afresh, and its plan rests on its own steps:
+/// the DCASE baseline's frame stacks cost a fraction of the default model's patches.
+#[test]
+fn choosing_another_model_plans_for_it() {
+    let _alone = measuring_alone();
+    let runs = tempfile::tempdir().unwrap();
+    let mut harness = harness(runs.path(), 10);
+    wait_for(
+        &mut harness,
+        "the calibration",
+        Duration::from_secs(120),
+        |app| app.plan().is_some_and(|p| p.is_ok()),
+    );
+    harness.get_by_label("The network to train");
+    let default_peak = harness
+        .state()
+        .plan()
+        .unwrap()
+        .unwrap()
+        .0
+        .predicted_peak_bytes;
+    harness.state_mut().model = "dcase-ae".into();
+    harness.step();
+    assert!(
+        harness.state().plan().is_none(),
+        "the default model's calibration must not plan dcase-ae"
+    );
+    wait_for(
+        &mut harness,
+        "dcase-ae's calibration",
+        Duration::from_secs(120),
+        |app| app.plan().is_some_and(|p| p.is_ok()),
+    );
+    let plan = harness.state().plan().unwrap().unwrap();
+    assert!(
+        plan.0.predicted_peak_bytes < default_peak,
+        "dcase-ae {} against vq-patch-ae {default_peak}",
+        plan.0.predicted_peak_bytes
+    );
+    assert_eq!(plan.1.parameters, 267_928 * 4);
+}
+
 #[test]
 fn a_dataset_with_bad_files_lists_them() {
     let _alone = measuring_alone();
@@ -237,7 +282,7 @@ fn each_wgpu_adapter_row_names_its_graphics_api() {
         api: api.into(),
         total_memory: MemoryFigure::unknown("no memory size here"),
         free_memory: MemoryFigure::unknown("no free memory here"),
-        precisions: vec![headroom_core::probe::Precision::F32],
+        precisions: vec![headroom_core::precision::Precision::F32],
         max_allocation_bytes: Some(1 << 30),
         usable: api == "Vulkan",
         target: None,

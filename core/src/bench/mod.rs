@@ -1,5 +1,6 @@
-//! `trainer-cli bench`: timed training steps of the default model on random patches, the
-//! same measure as `shared/bench/reference_vqae.py` so the two compare side by side.
+//! `trainer-cli bench`: timed training steps of a model on random patches, the same measure
+//! as its PyTorch reference (`shared/bench/reference_vqae.py` for the default model,
+//! `bench/reference/` for the others) so the two compare side by side.
 
 mod profile;
 mod trace;
@@ -9,14 +10,13 @@ pub use trace::{MemoryStage, MemoryTrace, memory_trace};
 
 use std::time::Instant;
 
-use burn::tensor::{Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::{LayerForms, VqAutoencoderConfig};
-use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+use crate::model::{LayerForms, ModelConfig, Patches, VqAutoencoderConfig};
+use crate::step::{StepError, StepSettings, optimizer_step};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -44,7 +44,7 @@ pub struct BenchConfig {
     pub checkpointing: bool,
     /// Encoder and decoder compute precision (mixed precision; f32 parameters).
     #[serde(default)]
-    pub precision: crate::probe::Precision,
+    pub precision: crate::precision::Precision,
     /// burn's own convolutions instead of the CPU forms and kernels (for comparison).
     #[serde(default)]
     pub plain_layers: bool,
@@ -75,7 +75,7 @@ impl BenchConfig {
             step_patches,
             lr: 1e-3,
             clip_norm: Some(1.0),
-            objective: Objective::VectorQuantized,
+            warming_up: false,
             precision: self.precision,
         }
     }
@@ -112,14 +112,28 @@ pub struct BenchResult {
     pub peak_rss_mib: Option<f64>,
 }
 
+/// Times the default model (in the layer forms `config` asks for).
 pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchError> {
+    let model = VqAutoencoderConfig {
+        forms: config.forms(),
+        ..VqAutoencoderConfig::default()
+    };
+    run_model(&model, config, threads)
+}
+
+/// Times model `model`.
+pub fn run_model<C: ModelConfig>(
+    model: &C,
+    config: &BenchConfig,
+    threads: usize,
+) -> Result<BenchResult, BenchError> {
     let device = config
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
-    let mut model = VqAutoencoderConfig::default()
-        .init(&device)
-        .with_forms(config.forms());
+    let shape = model.input();
+    let classes = model.classes();
+    let mut model = model.init(&device);
     let params = burn::module::Module::num_params(&model);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
@@ -131,8 +145,7 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
             meter.reset_peak();
         }
         let started = Instant::now();
-        let batches = (0..config.accumulation)
-            .map(|_| Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device));
+        let batches = (0..config.accumulation).map(|_| Patches::random(shape, classes, n, &device));
         let settings = config.step_settings(n * config.accumulation);
         let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter)?;
         model = next;

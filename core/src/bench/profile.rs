@@ -20,8 +20,10 @@ use serde::{Deserialize, Serialize};
 use super::{BenchConfig, BenchError, median};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::{LayerForms, VqAutoencoder, VqAutoencoderConfig, conv, up};
-use crate::train::step::{Objective, clip_global_norm, micro_batch_gradients, optimizer_step};
+use crate::model::Patches;
+use crate::model::layers::{conv, up};
+use crate::model::{LayerForms, VqAutoencoder, VqAutoencoderConfig};
+use crate::step::{clip_global_norm, micro_batch_gradients, optimizer_step};
 
 /// One op's median time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -186,9 +188,9 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
         for _ in 0..=reps {
             let (mut grads, _, _) = micro_batch_gradients(
                 &model,
-                random([n, 1, 64, 64], &device),
+                Patches::unlabelled(random([n, 1, 64, 64], &device)),
                 n,
-                Objective::VectorQuantized,
+                false,
                 config.precision,
                 &mut meter,
             )?;
@@ -206,7 +208,7 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
     let settings = config.step_settings(n);
     let mut times = Vec::new();
     for rep in 0..=reps {
-        let batch = random([n, 1, 64, 64], &device);
+        let batch = Patches::unlabelled(random([n, 1, 64, 64], &device));
         let _ = device.sync();
         let started = Instant::now();
         let (next, _) = optimizer_step(model, &mut optimizer, [batch], settings, &mut meter)?;

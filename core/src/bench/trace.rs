@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::{BenchConfig, BenchError};
 use crate::checkpoint::new_optimizer;
 use crate::memory::{MemoryMeter, MemorySource};
+use crate::model::Patches;
 use crate::model::VqAutoencoderConfig;
-use crate::train::step::{StepError, optimizer_step};
+use crate::step::{StepError, optimizer_step};
 
 /// One reading.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,7 +56,13 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
     let n = config.micro_batch * config.n_patches;
-    let random = || Tensor::<4>::random([n, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+    let random = || {
+        Patches::unlabelled(Tensor::<4>::random(
+            [n, 1, 64, 64],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        ))
+    };
     let settings = config.step_settings(n);
     let (warm, _) = optimizer_step(model, &mut optimizer, [random()], settings, &mut meter)?;
     model = warm;
@@ -79,14 +86,14 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
         }
     };
     read("start", &mut meter);
-    let patches = random();
+    let patches = random().values;
     read("input", &mut meter);
     let compute = config.precision.compute_dtype();
     let output = {
         let meter = &mut meter;
         model.forward_observed(patches.clone(), compute, &mut |stage| read(stage, meter))
     };
-    let loss = model.loss(patches, &output).total;
+    let loss = model.losses(patches, &output).total;
     drop(output);
     read("loss", &mut meter);
     let grads = loss.backward();

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use burn::tensor::{Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::memory::{HalfCost, LinearCost, MeasuredCost, MemoryModel};
@@ -11,9 +10,10 @@ use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::VqAutoencoderConfig;
-use crate::probe::Precision;
-use crate::train::step::{Objective, StepError, StepSettings, optimizer_step};
+use crate::model::{ModelConfig, Patches};
+pub use crate::planned::StepMeasurement;
+use crate::precision::Precision;
+use crate::step::{StepError, StepSettings, optimizer_step};
 
 /// Patches per micro-batch of the two calibration steps. Far enough apart for a slope, small
 /// enough to fit the smallest budgets the planner serves (about 100 MiB on a CPU).
@@ -37,24 +37,11 @@ pub enum CalibrationError {
     Unmeasured(BackendKind),
 }
 
-/// One measured training step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct StepMeasurement {
-    pub patches: usize,
-    pub checkpointing: bool,
-    #[serde(default)]
-    pub precision: Precision,
-    /// Peak bytes of the step above what was allocated before the model existed.
-    pub peak_bytes: u64,
-    /// Time of one micro-batch step, after a warm-up step.
-    pub seconds: f64,
-}
-
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
 /// `patches` random patches per micro-batch, on a model of its own that is dropped after.
-pub fn measure_step(
+pub fn measure_step<C: ModelConfig>(
     target: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
     patches: usize,
     precision: Precision,
     checkpointing: bool,
@@ -74,7 +61,7 @@ pub fn measure_step(
             step_patches: patches,
             lr: 1e-4,
             clip_norm: Some(1.0),
-            objective: Objective::VectorQuantized,
+            warming_up: false,
             precision,
         };
         let mut seconds = 0.0;
@@ -85,8 +72,7 @@ pub fn measure_step(
         let warm_up = if target.backend.is_host() { 1 } else { patches };
         for round in 0..2 {
             let size = if round == 0 { warm_up } else { patches };
-            let batch =
-                Tensor::<4>::random([size, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+            let batch = Patches::random(model.input(), model.classes(), size, &device);
             meter.reset_peak();
             let started = Instant::now();
             let settings = StepSettings {
@@ -136,9 +122,9 @@ pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationEr
 
 /// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
 /// the device's half precision without.
-pub fn calibrate(
+pub fn calibrate<C: ModelConfig>(
     target: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
 ) -> Result<Calibration, CalibrationError> {
     let [small, large] = CALIBRATION_PATCHES;
     // The first step in a process also sets up what stays for its life (thread pools, kernel

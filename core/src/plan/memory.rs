@@ -18,12 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendKind;
-use crate::model::VqAutoencoderConfig;
-use crate::probe::Precision;
-
-const F32: u64 = 4;
-const PATCH: u64 = 64;
+use crate::model::AnalyticStep;
+pub use crate::planned::Breakdown;
+use crate::precision::Precision;
 
 /// `fixed + per_patch x patches`, in bytes or seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -178,141 +175,15 @@ impl MemoryModel {
     }
 }
 
-/// Where a step's bytes go, by the model's shapes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Breakdown {
-    pub parameters: u64,
-    pub gradients: u64,
-    /// AdamW's first and second moments.
-    pub optimizer: u64,
-    /// What autodiff keeps for backward, for the micro-batch.
-    pub activations: u64,
-    /// The micro-batch's input patches and the quantizer's distance matrix (none where
-    /// wgpu's nearest-code kernel runs); in a run's plan on a CPU also the train stream's
-    /// read-ahead.
-    pub data: u64,
-    /// The measured prediction minus the parts above (allocator and kernel workspaces).
-    pub overhead: u64,
-    /// In use before training: the dataset on a CPU, nothing on a GPU.
-    pub resident: u64,
-    /// Budget minus the prediction (and minus what was resident before training).
-    pub free: u64,
-}
-
-/// Parameters of the default model, as PyTorch counts them.
-pub fn parameter_count(model: &VqAutoencoderConfig) -> u64 {
-    let conv = |i: u64, o: u64, k: u64| i * o * k * k + o;
-    let c = model.latent_channels as u64;
-    conv(1, 32, 3)
-        + conv(32, 64, 3)
-        + conv(64, 96, 3)
-        + conv(96, c, 3)
-        + model.codes as u64 * c
-        + conv(c, 96, 4)
-        + conv(96, 64, 4)
-        + conv(64, 32, 4)
-        + conv(32, 1, 3)
-}
-
-/// How a backend computes the model, as far as memory goes: which forms of its layers and
-/// quantizer run (`model::LayerForms::Auto` picks them per device).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepForms {
-    /// burn's layers: a convolution keeps its input and the ReLU after it its own input,
-    /// so each hidden activation is held twice; the quantizer builds its distance matrix.
-    Plain,
-    /// flex's kernels: the six hidden layers but the first keep their output once.
-    FlexKernels,
-    /// cubecl's output-only layers (all six hidden layers once); `nearest_code_kernel`
-    /// where wgpu's quantizer kernel replaces the distance matrix.
-    CubeLayers { nearest_code_kernel: bool },
-}
-
-impl StepForms {
-    /// The forms a training step on `backend` in `precision` runs (flex's kernels are
-    /// f32 only; the quantizer is f32 in every precision).
-    pub fn of(backend: BackendKind, precision: Precision) -> Self {
-        match backend {
-            BackendKind::Flex if precision == Precision::F32 => Self::FlexKernels,
-            BackendKind::Flex => Self::Plain,
-            BackendKind::Wgpu => Self::CubeLayers {
-                nearest_code_kernel: true,
-            },
-            BackendKind::Cuda => Self::CubeLayers {
-                nearest_code_kernel: false,
-            },
-            BackendKind::Ndarray => Self::Plain,
-        }
-    }
-
-    /// How many copies of hidden layer `i` (0-5: enc1, enc2, enc3, dec1, dec2, dec3) autodiff
-    /// keeps: its output, and its pre-activation where the ReLU is burn's.
-    fn copies(self, layer: usize) -> u64 {
-        match self {
-            Self::Plain => 2,
-            Self::FlexKernels if layer == 0 => 2,
-            Self::FlexKernels | Self::CubeLayers { .. } => 1,
-        }
-    }
-
-    fn distance_matrix(self) -> bool {
-        !matches!(
-            self,
-            Self::CubeLayers {
-                nearest_code_kernel: true
-            }
-        )
-    }
-}
-
-/// Floats autodiff keeps per patch: each hidden layer's output (twice where burn's ReLU
-/// keeps the pre-activation too, see [`StepForms`]), the latent, its quantized copy, the
-/// reconstruction and the reconstruction error the loss differentiates.
-pub fn activation_floats_per_patch(model: &VqAutoencoderConfig, forms: StepForms) -> u64 {
-    let c = model.latent_channels as u64;
-    let map = |channels: u64, side: u64| channels * side * side;
-    let hidden = [
-        map(32, 32),
-        map(64, 16),
-        map(96, 8),
-        map(96, 16),
-        map(64, 32),
-        map(32, 64),
-    ];
-    let hidden: u64 = (0..6).map(|i| forms.copies(i) * hidden[i]).sum();
-    let latent = map(c, 8);
-    let quantizer = 2 * map(c, 8);
-    let reconstruction = map(1, 64);
-    let loss = map(1, 64);
-    hidden + latent + quantizer + reconstruction + loss
-}
-
-/// The breakdown of a step with `patches` per micro-batch, its overhead taken from the
+/// The breakdown of a step from the model's analytic sizes, its overhead taken from the
 /// measured prediction.
-pub fn breakdown(
-    model: &VqAutoencoderConfig,
-    forms: StepForms,
-    patches: usize,
-    predicted: u64,
-    resident: u64,
-    budget: u64,
-) -> Breakdown {
-    let p = patches as u64;
-    let parameters = parameter_count(model) * F32;
-    let latent_positions = p * 8 * 8;
-    let distances = if forms.distance_matrix() {
-        latent_positions * model.codes as u64 * F32
-    } else {
-        0
-    };
-    let data = p * PATCH * PATCH * F32 + distances;
+pub fn breakdown(step: AnalyticStep, predicted: u64, resident: u64, budget: u64) -> Breakdown {
     let mut b = Breakdown {
-        parameters,
-        gradients: parameters,
-        optimizer: 2 * parameters,
-        activations: p * activation_floats_per_patch(model, forms) * F32,
-        data,
+        parameters: step.parameters,
+        gradients: step.parameters,
+        optimizer: 2 * step.parameters,
+        activations: step.activations,
+        data: step.data,
         overhead: 0,
         resident,
         free: budget.saturating_sub(resident + predicted),
@@ -391,41 +262,14 @@ mod tests {
     }
 
     #[test]
-    fn the_analytic_count_matches_the_built_model() {
-        assert_eq!(parameter_count(&VqAutoencoderConfig::default()), 392_193);
-    }
-
-    /// burn's layers keep each hidden activation twice; the output-only forms once; the
-    /// nearest-code kernel drops the distance matrix.
-    #[test]
-    fn the_forms_change_what_a_patch_keeps() {
-        let model = VqAutoencoderConfig::default();
-        let hidden_once =
-            32 * 32 * 32 + 64 * 16 * 16 + 96 * 8 * 8 + 96 * 16 * 16 + 64 * 32 * 32 + 32 * 64 * 64;
-        let plain = activation_floats_per_patch(&model, StepForms::Plain);
-        let cube = StepForms::of(BackendKind::Wgpu, Precision::F32);
-        assert_eq!(
-            plain - activation_floats_per_patch(&model, cube),
-            hidden_once
-        );
-        let flex =
-            activation_floats_per_patch(&model, StepForms::of(BackendKind::Flex, Precision::F32));
-        assert_eq!(plain - flex, hidden_once - 32 * 32 * 32);
-        assert_eq!(
-            StepForms::of(BackendKind::Flex, Precision::F16),
-            StepForms::Plain
-        );
-        assert_eq!(StepForms::of(BackendKind::Wgpu, Precision::F16), cube);
-        let with = breakdown(&model, StepForms::Plain, 10, 0, 0, 0);
-        let without = breakdown(&model, cube, 10, 0, 0, 0);
-        assert_eq!(with.data - without.data, 10 * 64 * 512 * 4);
-    }
-
-    #[test]
     fn the_breakdown_adds_up_to_the_prediction_and_the_budget() {
-        let model = VqAutoencoderConfig::default();
+        let step = AnalyticStep {
+            parameters: 10 << 20,
+            activations: 100 << 20,
+            data: 20 << 20,
+        };
         let predicted = 200 << 20;
-        let b = breakdown(&model, StepForms::Plain, 32, predicted, 50 << 20, 1 << 30);
+        let b = breakdown(step, predicted, 50 << 20, 1 << 30);
         let parts = b.parameters + b.gradients + b.optimizer + b.activations + b.data + b.overhead;
         assert_eq!(parts, predicted);
         assert_eq!(b.free, (1 << 30) - (250 << 20));

@@ -13,14 +13,14 @@ pub mod search;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, measure_step};
-pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel, StepForms};
+pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
 pub use read_ahead::ReadAhead;
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
-use crate::model::{LayerForms, VqAutoencoderConfig};
+use crate::model::ModelConfig;
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
 pub const MAX_DRY_RUNS: usize = 4;
@@ -80,8 +80,8 @@ pub fn report(plan: &Plan, breakdown: Breakdown, calibration: &Calibration) -> P
 
 /// The breakdown of a plan's step; what the plan predicts beyond the step and the resident
 /// bytes (the read-ahead) shows as data.
-pub fn breakdown_of(
-    model: &VqAutoencoderConfig,
+pub fn breakdown_of<C: ModelConfig>(
+    model: &C,
     plan: &Plan,
     resident_bytes: u64,
     calibration: &Calibration,
@@ -97,18 +97,12 @@ pub fn breakdown_of(
     let beside = plan
         .predicted_peak_bytes
         .saturating_sub(resident_bytes + predicted);
-    let forms = match model.forms {
-        LayerForms::Auto => StepForms::of(calibration.backend, plan.precision),
-        LayerForms::Plain => StepForms::Plain,
-    };
-    let mut b = memory::breakdown(
-        model,
-        forms,
+    let step = model.analytic_step(
+        calibration.backend,
+        plan.precision,
         plan.patches_per_micro_batch(),
-        predicted,
-        resident_bytes,
-        plan.budget_bytes,
     );
+    let mut b = memory::breakdown(step, predicted, resident_bytes, plan.budget_bytes);
     b.data += beside;
     b.free = b.free.saturating_sub(beside);
     b
@@ -137,9 +131,9 @@ fn in_use_now(target: Target) -> u64 {
 }
 
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
-pub fn unchecked(
+pub fn unchecked<C: ModelConfig>(
     target: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
     planning: &Planning,
     share: RunShare,
 ) -> Result<Prepared, PlanningError> {
@@ -162,9 +156,9 @@ pub fn unchecked(
 /// Every dry-run becomes a point of the memory model, so the next search reads the plan's
 /// size from a measurement there; a plan is taken once its own size was measured and it
 /// still fits. Reports a `dry_run` event per measured step and the final `plan` event.
-pub fn prepare(
+pub fn prepare<C: ModelConfig>(
     target: Target,
-    model: &VqAutoencoderConfig,
+    model: &C,
     planning: &Planning,
     share: RunShare,
     sink: &mut dyn EventSink,
@@ -230,8 +224,8 @@ pub fn prepare(
 }
 
 /// Reports a plan whose size was measured, with its breakdown.
-fn accept(
-    model: &VqAutoencoderConfig,
+fn accept<C: ModelConfig>(
+    model: &C,
     plan: Plan,
     resident: u64,
     calibration: Calibration,

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::memory::{HalfCost, LinearCost, MemoryModel};
 use super::read_ahead::ReadAhead;
 use crate::memory::human as gib;
-use crate::probe::Precision;
+pub use crate::planned::Plan;
+use crate::planned::describe;
+use crate::precision::Precision;
 
 /// How much faster a checkpointed or half-precision plan must be predicted than the best
 /// plain f32 plan that fits, to be chosen over it.
@@ -77,43 +79,6 @@ pub struct PlanRequest {
     /// What the train stream holds beside the step, by micro-batch (host budgets only).
     #[serde(default)]
     pub read_ahead: ReadAhead,
-}
-
-/// A configuration the planner chose, with its prediction and the reason in words.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
-    pub micro_batch: usize,
-    pub n_patches: usize,
-    pub accumulation: usize,
-    pub checkpointing: bool,
-    /// Encoder and decoder compute precision (mixed precision: parameters stay f32).
-    pub precision: Precision,
-    pub effective_batch: usize,
-    /// Resident bytes plus the step's predicted peak: comparable with the budget.
-    pub predicted_peak_bytes: u64,
-    pub budget_bytes: u64,
-    pub predicted_patches_per_s: f64,
-    pub reason: String,
-}
-
-impl Plan {
-    pub fn patches_per_micro_batch(&self) -> usize {
-        self.micro_batch * self.n_patches
-    }
-
-    /// "micro-batch 35 x 4 patches x accumulation 3 (the last 30)".
-    pub fn split_words(&self) -> String {
-        let clips = self.effective_batch / self.n_patches.max(1);
-        let last = clips.saturating_sub((self.accumulation.max(1) - 1) * self.micro_batch);
-        describe(
-            self.micro_batch,
-            self.n_patches,
-            self.accumulation,
-            last,
-            self.checkpointing,
-            self.precision,
-        )
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -301,29 +266,6 @@ pub fn search(
         predicted_patches_per_s: best.patches_per_s,
         reason,
     })
-}
-
-fn describe(
-    micro_batch: usize,
-    n_patches: usize,
-    accumulation: usize,
-    last: usize,
-    ckpt: bool,
-    precision: Precision,
-) -> String {
-    let rest = if last == micro_batch {
-        String::new()
-    } else {
-        format!(" (the last {last})")
-    };
-    let half = match precision {
-        Precision::F32 => String::new(),
-        p => format!(", {p} compute"),
-    };
-    format!(
-        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{rest}{}{half}",
-        if ckpt { ", checkpointing" } else { "" }
-    )
 }
 
 fn fixed_words(f: &Fixed) -> String {

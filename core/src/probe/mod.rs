@@ -1,11 +1,11 @@
 //! What the machine offers for training: every place a run could go (CUDA GPUs, wgpu
-//! adapters, the CPU backends), with memory and precisions, and the `--backend auto` choice.
+//! adapters, the CPU backends), with memory and precisions; `crate::choose` makes the
+//! `--backend auto` choice from it.
 //!
 //! GPU drivers can hang or crash the process that asks them, so the GPU half of the probe
 //! runs in a child process with a timeout ([`isolate`]); a failing driver costs a line in the
 //! report, not the program.
 
-pub mod choose;
 pub mod cpu;
 pub mod gpus;
 pub mod isolate;
@@ -13,6 +13,7 @@ pub mod isolate;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
+use crate::precision::Precision;
 
 /// The log filter both front-ends use when `RUST_LOG` is not set: warnings, and nothing
 /// from wgpu-hal, which logs every graphics API it fails to open while the probe enumerates
@@ -41,71 +42,6 @@ impl DeviceClass {
             DeviceClass::SoftwareAdapter => "software adapter",
             DeviceClass::Cpu => "CPU",
             DeviceClass::Other => "other",
-        }
-    }
-}
-
-/// Floating-point precision of a device, and of a training step's compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    #[default]
-    F32,
-    F16,
-    Bf16,
-}
-
-impl Precision {
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::Bf16 => "bf16",
-        }
-    }
-
-    /// The dtype encoder and decoder compute in; `None` for f32, the parameters' own.
-    pub fn compute_dtype(self) -> Option<burn::tensor::FloatDType> {
-        match self {
-            Precision::F32 => None,
-            Precision::F16 => Some(burn::tensor::FloatDType::F16),
-            Precision::Bf16 => Some(burn::tensor::FloatDType::BF16),
-        }
-    }
-
-    /// Factor the loss is multiplied by before backward, and the gradients divided by after,
-    /// so that small f16 gradients do not flush to zero. bf16 has f32's range and needs none.
-    pub fn loss_scale(self) -> f32 {
-        match self {
-            Precision::F16 => 1024.0,
-            _ => 1.0,
-        }
-    }
-
-    /// Whether `device` computes in this precision.
-    pub fn supported_on(self, device: &burn::tensor::Device) -> bool {
-        match self.compute_dtype() {
-            None => true,
-            Some(dt) => device.supports_dtype(burn::tensor::DType::from(dt)),
-        }
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Precision {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "f32" | "fp32" => Ok(Precision::F32),
-            "f16" | "fp16" | "half" => Ok(Precision::F16),
-            "bf16" => Ok(Precision::Bf16),
-            _ => Err(format!("unknown precision {s:?}; choose f32, f16 or bf16")),
         }
     }
 }

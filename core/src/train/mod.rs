@@ -2,24 +2,18 @@
 //! validation without autodiff, checkpoints, periodic memory cleanup. It reports through
 //! [`EventSink`] and prints nothing.
 
-mod config;
 pub mod schedule;
-pub mod step;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use burn::module::Module;
 use burn::optim::ModuleOptimizer;
-use burn::tensor::{Device, Tensor, TensorData};
-use headroom_datasets::{FileError, PatchError};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
+use burn::tensor::Device;
+use headroom_datasets::{FileError, PatchError, PatchShape};
 
-pub use config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
+pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
 
 use crate::backend::{BackendError, Target};
 use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
@@ -30,10 +24,14 @@ use crate::events::{
     DatasetReport, EvaluationReport, Event, EventSink, RecoveryReport, RunInfo, StepReport,
 };
 use crate::memory::{Budget, MemoryMeter};
-use crate::model::VqAutoencoder;
+use crate::model::{
+    ModelConfig, ModelError, ModelSpec, Patches, SpectrogramModel, WithModel, with_model,
+};
 use crate::plan::{
     Calibration, Plan, PlanError, Planning, PlanningError, Prepared, ReadAhead, RunShare,
 };
+use crate::precision::Precision;
+use crate::step;
 
 /// Out-of-memory recoveries in a row before a run stops: each re-plans the micro-batch from
 /// what was measured, so three that all fail mean the budget is far below what the plan
@@ -48,6 +46,8 @@ pub enum TrainError {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
     #[error("the dataset does not fit the patch settings: {0}")]
     Patch(#[from] PatchError),
     #[error(transparent)]
@@ -118,11 +118,16 @@ pub struct Evaluation {
 /// spectrogram read ahead holds its patches and, when the spectrograms are not resident, the
 /// loader's workers each hold a clip being decoded. The depth is bounded by the loader's
 /// host memory (half of it when the spectrograms are resident and use the other half).
-fn read_ahead(loader: &LoaderOptions, resident: bool, config: &TrainConfig) -> ReadAhead {
-    let patch_bytes = (headroom_datasets::PATCH_SIZE * headroom_datasets::PATCH_SIZE * 4) as u64;
+fn read_ahead(
+    loader: &LoaderOptions,
+    resident: bool,
+    config: &TrainConfig,
+    shape: PatchShape,
+) -> ReadAhead {
+    let patch_bytes = (shape.values() * 4) as u64;
     let bytes_per_clip = config.n_patches as u64 * patch_bytes;
-    // A 10-second clip's log-mel at 64 mels (313 frames) plus its decoded audio.
-    let reading = 64 * 313 * 4 + 160_000 * 4;
+    // A 10-second clip's log-mel (313 frames) plus its decoded audio.
+    let reading = (shape.mels * 313 * 4 + 160_000 * 4) as u64;
     let (share, per_clip) = if resident {
         (loader.host_memory_bytes / 2, bytes_per_clip)
     } else {
@@ -145,61 +150,24 @@ fn every(step: u64, n: u64) -> bool {
     n > 0 && step.is_multiple_of(n)
 }
 
-/// Draws the initial codebook from encoder outputs on train patches (see
-/// [`VqAutoencoder::set_codebook`]): one latent vector per code, from distinct positions.
-fn codebook_from_data(
-    model: VqAutoencoder,
-    device: &Device,
-    data: &RunData,
-    config: &TrainConfig,
-    normalization: &Normalization,
-) -> Result<VqAutoencoder, TrainError> {
-    let codes = config.model.codes;
-    let channels = config.model.latent_channels;
-    let plain = device.clone().without_autodiff();
-    let encoder = model.valid();
-    let mut latents: Vec<f32> = Vec::new();
-    // Each patch gives 8 x 8 latent positions; take clips until there are 4x as many as codes.
-    for &clip in &data.train {
-        if latents.len() >= 4 * codes * channels {
-            break;
-        }
-        let batch = clip_patches(&*data.store.read(clip)?, config.stride, normalization)?;
-        let z = encoder
-            .encode(batch.to_tensor(&plain))
-            .permute([0, 2, 3, 1]);
-        let data = z.into_data().convert::<f32>();
-        latents.extend_from_slice(data.as_slice::<f32>().unwrap_or(&[]));
-    }
-    let positions = latents.len() / channels;
-    if positions == 0 {
-        return Ok(model);
-    }
-    let mut order: Vec<usize> = (0..positions).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(config.seed ^ 0xc0de_b00c));
-    let mut chosen = Vec::with_capacity(codes * channels);
-    for i in 0..codes {
-        let p = order[i % positions];
-        chosen.extend_from_slice(&latents[p * channels..(p + 1) * channels]);
-    }
-    let codebook = Tensor::from_data(TensorData::new(chosen, [codes, channels]), device);
-    Ok(model.set_codebook(codebook))
-}
-
 /// Where a run starts from: fresh, or a checkpoint.
-struct Start {
+struct Start<M> {
     device: Device,
-    model: VqAutoencoder,
+    model: M,
     optimizer: ModuleOptimizer,
     step: u64,
     normalization: Normalization,
 }
 
-pub struct Trainer {
+/// A run of model `M`: what a library user with a network of their own trains with
+/// (front-ends hold the model-erased [`Trainer`]).
+pub struct ModelTrainer<M: SpectrogramModel> {
     config: TrainConfig,
+    /// The model's configuration, as `config.model` records it.
+    model_config: M::Config,
     options: RunOptions,
     device: Device,
-    model: VqAutoencoder,
+    model: M,
     optimizer: ModuleOptimizer,
     step: u64,
     total_steps: u64,
@@ -226,8 +194,9 @@ struct Planned {
 /// Plans the run when asked, before its model exists, so that the dry-run measures the
 /// step alone; the config takes the plan's micro-batch, patches, accumulation and
 /// checkpointing. `resident_store`: whether the spectrograms stay in host memory.
-fn plan_run(
+fn plan_run<C: ModelConfig>(
     config: &mut TrainConfig,
+    model: &C,
     options: &RunOptions,
     resident_store: bool,
 ) -> Result<Planned, TrainError> {
@@ -237,6 +206,7 @@ fn plan_run(
     let mut events = Vec::new();
     let prepared = prepare_run(
         config,
+        model,
         planning,
         &options.loader,
         resident_store,
@@ -249,8 +219,9 @@ fn plan_run(
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
-fn prepare_run(
+fn prepare_run<C: ModelConfig>(
     config: &mut TrainConfig,
+    model: &C,
     planning: &Planning,
     loader: &LoaderOptions,
     resident_store: bool,
@@ -261,9 +232,9 @@ fn prepare_run(
         resident_bytes: MemoryMeter::new(config.backend, &plain)
             .sample()
             .allocated_bytes,
-        read_ahead: read_ahead_counted(config, loader, resident_store),
+        read_ahead: read_ahead_counted(config, model.input(), loader, resident_store),
     };
-    let prepared = crate::plan::prepare(config.target(), &config.model, planning, share, sink)?;
+    let prepared = crate::plan::prepare(config.target(), model, planning, share, sink)?;
     let plan = &prepared.plan;
     config.n_patches = plan.n_patches;
     config.step_clips = Some(plan.effective_batch / plan.n_patches);
@@ -282,23 +253,50 @@ pub fn plan_only(
     loader: &LoaderOptions,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, TrainError> {
-    config.validate()?;
-    let mut data = dataset::open(&config, loader)?;
-    data.check(config.patch_spec())?;
-    let mut config = config;
-    prepare_run(
-        &mut config,
-        planning,
-        loader,
-        data.store.is_resident(),
-        sink,
-    )
+    struct PlanOnly<'a> {
+        config: TrainConfig,
+        planning: &'a Planning,
+        loader: &'a LoaderOptions,
+        sink: &'a mut dyn EventSink,
+    }
+    impl WithModel for PlanOnly<'_> {
+        type Output = Result<Prepared, TrainError>;
+        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            let PlanOnly {
+                mut config,
+                planning,
+                loader,
+                sink,
+            } = self;
+            config.validate()?;
+            let mut data = dataset::open(&config, loader)?;
+            data.check(config.patch_spec(model.input()))?;
+            let model = model.for_machines(&data.machines)?;
+            let resident = data.store.is_resident();
+            prepare_run(&mut config, &model, planning, loader, resident, sink)
+        }
+    }
+    let spec = config.model.clone();
+    with_model(
+        &spec,
+        PlanOnly {
+            config,
+            planning,
+            loader,
+            sink,
+        },
+    )?
 }
 
 /// The read-ahead as the budget sees it: host memory counts on the CPU backends only.
-fn read_ahead_counted(config: &TrainConfig, loader: &LoaderOptions, resident: bool) -> ReadAhead {
+fn read_ahead_counted(
+    config: &TrainConfig,
+    shape: PatchShape,
+    loader: &LoaderOptions,
+    resident: bool,
+) -> ReadAhead {
     if config.backend.is_host() {
-        read_ahead(loader, resident, config)
+        read_ahead(loader, resident, config, shape)
     } else {
         ReadAhead::NONE
     }
@@ -307,8 +305,9 @@ fn read_ahead_counted(config: &TrainConfig, loader: &LoaderOptions, resident: bo
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
 /// (they decide what each step reads), and first tries its saved split, unless the user
 /// named another; only when that does not fit is the split planned afresh.
-fn replan_resumed(
+fn replan_resumed<C: ModelConfig>(
     config: &mut TrainConfig,
+    model: &C,
     options: &RunOptions,
     resident_store: bool,
 ) -> Result<Planned, TrainError> {
@@ -327,11 +326,11 @@ fn replan_resumed(
         loader: options.loader.clone(),
         ..RunOptions::default()
     };
-    match plan_run(config, &with(saved), resident_store) {
+    match plan_run(config, model, &with(saved), resident_store) {
         Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
             if saved != keep =>
         {
-            plan_run(config, &with(keep), resident_store)
+            plan_run(config, model, &with(keep), resident_store)
         }
         other => other,
     }
@@ -365,10 +364,11 @@ fn refit_micro_batch(
     })
 }
 
-impl Trainer {
-    /// A fresh run.
+impl<M: SpectrogramModel> ModelTrainer<M> {
+    /// A fresh run of `config`, whose `model` names `M` (`ModelSpec::of`).
     pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         config.validate()?;
+        let model_config: M::Config = config.model.config()?;
         // A fresh run never writes over another run's checkpoints.
         if let Some(dir) = &options.out_dir
             && let Ok(state) = checkpoint::read_state(dir)
@@ -379,12 +379,15 @@ impl Trainer {
             });
         }
         let mut data = dataset::open(&config, &options.loader)?;
-        let normalization = data.check(config.patch_spec())?;
+        let normalization = data.check(config.patch_spec(model_config.input()))?;
+        let model_config = model_config.for_machines(&data.machines)?;
         let mut config = config;
-        let planned = plan_run(&mut config, &options, data.store.is_resident())?;
+        config.model = ModelSpec::of(&model_config);
+        let resident = data.store.is_resident();
+        let planned = plan_run(&mut config, &model_config, &options, resident)?;
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
-        let model = config.model.init(&device);
+        let model = model_config.init(&device);
         let start = Start {
             device,
             model,
@@ -392,7 +395,7 @@ impl Trainer {
             step: 0,
             normalization,
         };
-        Self::assemble(config, options, start, data, planned)
+        Self::assemble(config, model_config, options, start, data, planned)
     }
 
     /// Continues the run saved at `path`, with the `changes` a resumed run may make (a longer
@@ -404,15 +407,17 @@ impl Trainer {
         options: RunOptions,
     ) -> Result<Self, TrainError> {
         let mut config = checkpoint::read_state(path)?.config;
+        let model_config: M::Config = config.model.config()?;
         changes.apply(&mut config);
         let mut data = dataset::open(&config, &options.loader)?;
         // The same check as at the start, so the same bad files are left out; the
         // normalization stays the saved one.
-        data.check(config.patch_spec())?;
+        data.check(config.patch_spec(model_config.input()))?;
         // A resumed run may be planned again (another device, another budget).
-        let planned = replan_resumed(&mut config, &options, data.store.is_resident())?;
+        let resident = data.store.is_resident();
+        let planned = replan_resumed(&mut config, &model_config, &options, resident)?;
         let device = config.target().training_device(config.checkpointing)?;
-        let loaded = checkpoint::load(path, &device)?;
+        let loaded = checkpoint::load::<M::Config>(path, &device)?;
         let start = Start {
             device,
             model: loaded.model,
@@ -420,13 +425,14 @@ impl Trainer {
             step: loaded.state.step,
             normalization: loaded.state.normalization,
         };
-        Self::assemble(config, options, start, data, planned)
+        Self::assemble(config, model_config, options, start, data, planned)
     }
 
     fn assemble(
         config: TrainConfig,
+        model_config: M::Config,
         options: RunOptions,
-        start: Start,
+        start: Start<M>,
         data: RunData,
         planned: Planned,
     ) -> Result<Self, TrainError> {
@@ -448,12 +454,14 @@ impl Trainer {
         if data.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
-        let depth = read_ahead(&options.loader, data.store.is_resident(), &config)
+        let shape = model_config.input();
+        let depth = read_ahead(&options.loader, data.store.is_resident(), &config, shape)
             .clips(config.micro_batch);
         let stream = TrainStream::new(
             data.store.clone(),
             data.train.clone(),
-            config.patch_spec(),
+            data.classes.clone(),
+            config.patch_spec(shape),
             config.seed,
             normalization,
             options.loader.workers,
@@ -463,10 +471,11 @@ impl Trainer {
         let mut config = config;
         config
             .quantizer_warmup_steps
-            .get_or_insert(total_steps / 10);
+            .get_or_insert(model_config.default_warm_up_steps(total_steps));
         let meter = MemoryMeter::new(config.backend, &device).with_budget(options.budget.clone());
         Ok(Self {
             config,
+            model_config,
             options,
             device,
             model,
@@ -506,7 +515,7 @@ impl Trainer {
         &self.config
     }
 
-    pub fn model(&self) -> &VqAutoencoder {
+    pub fn model(&self) -> &M {
         &self.model
     }
 
@@ -521,6 +530,7 @@ impl Trainer {
     pub fn run_info(&self) -> RunInfo {
         let c = &self.config;
         RunInfo {
+            model: c.model.name.clone(),
             backend: c.backend.name().to_string(),
             device: crate::probe::describe_device(c.backend, &self.device),
             micro_batch: c.micro_batch,
@@ -536,7 +546,8 @@ impl Trainer {
             train_clips: self.stream.len(),
             validation_clips: self.data.validation.len(),
             test_clips: self.data.test.len(),
-            parameters: self.model.num_params(),
+            // As PyTorch counts them: trainable values, not BatchNorm's running statistics.
+            parameters: self.model_config.parameter_count() as usize,
             memory_source: self.meter.source(),
             precision: c.precision.name().into(),
             checkpointing: c.checkpointing,
@@ -653,6 +664,7 @@ impl Trainer {
             &self.options.loader,
             self.data.store.is_resident(),
             &self.config,
+            self.model_config.input(),
         )
         .clips(to_mb);
         self.stream.set_depth(depth);
@@ -682,7 +694,7 @@ impl Trainer {
             return Ok(halve(micro_batch));
         };
         if self.calibration.is_none() {
-            let calibration = crate::plan::calibrate(self.config.target(), &self.config.model)
+            let calibration = crate::plan::calibrate(self.config.target(), &self.model_config)
                 .map_err(PlanningError::from)?;
             self.calibration = Some(calibration);
         }
@@ -691,6 +703,7 @@ impl Trainer {
         };
         let read_ahead = read_ahead_counted(
             &self.config,
+            self.model_config.input(),
             &self.options.loader,
             self.data.store.is_resident(),
         );
@@ -724,13 +737,7 @@ impl Trainer {
         let warmup = self.config.quantizer_warmup_steps.unwrap_or(0);
         // Outside the step's time and memory window: drawing the codebook is set-up.
         if self.step == warmup {
-            self.model = codebook_from_data(
-                self.model.clone(),
-                &self.device,
-                &self.data,
-                &self.config,
-                &self.normalization,
-            )?;
+            self.end_warm_up()?;
         }
         let started = Instant::now();
         let c = &self.config;
@@ -756,16 +763,11 @@ impl Trainer {
             }
         });
         self.meter.reset_peak();
-        let objective = if self.step < warmup {
-            step::Objective::Autoencoder
-        } else {
-            step::Objective::VectorQuantized
-        };
         let settings = step::StepSettings {
             step_patches: c.effective_batch(),
             lr,
             clip_norm: c.clip_norm,
-            objective,
+            warming_up: self.step < warmup,
             precision: c.precision,
         };
         let model = self.model.clone();
@@ -809,6 +811,48 @@ impl Trainer {
         })
     }
 
+    /// Every patch of clip `clip` at the run's stride, with its class: how validation and the
+    /// warm-up's end see a clip.
+    fn patches_of(&self, clip: usize) -> Result<crate::data::PatchBatch, TrainError> {
+        let spectrogram = self.data.store.read(clip)?;
+        let class = self.data.classes.get(clip).copied().unwrap_or(0);
+        let shape = self.model_config.input();
+        Ok(clip_patches(
+            &spectrogram,
+            shape,
+            self.config.stride,
+            class,
+            &self.normalization,
+        )?)
+    }
+
+    /// Ends the model's warm-up with the train split's patches, read in order on the device
+    /// without autodiff; outside the step's time and memory window, as set-up is.
+    fn end_warm_up(&mut self) -> Result<(), TrainError> {
+        let plain = self.device.clone().without_autodiff();
+        let mut read_error = None;
+        let mut clips = self.data.train.iter();
+        let mut patches = std::iter::from_fn(|| {
+            let &clip = clips.next()?;
+            match self.patches_of(clip) {
+                Ok(batch) => Some(batch.to_tensor(&plain)),
+                Err(error) => {
+                    read_error = Some(error);
+                    None
+                }
+            }
+        });
+        let model = self.model.clone().end_warm_up(
+            &mut patches as &mut dyn Iterator<Item = Patches>,
+            self.config.seed,
+        );
+        if let Some(error) = read_error {
+            return Err(error);
+        }
+        self.model = model;
+        Ok(())
+    }
+
     /// Patches scored at once: a training micro-batch's worth, which a forward pass without
     /// autodiff holds in less memory than the plan gave a training step.
     fn eval_chunk(&self) -> usize {
@@ -821,14 +865,11 @@ impl Trainer {
         let device = self.device.clone().without_autodiff();
         let (mut sum, mut n) = (0.0, 0usize);
         for &clip in &self.data.validation {
-            let spectrogram = self.data.store.read(clip)?;
-            let batch = clip_patches(&spectrogram, self.config.stride, &self.normalization)?;
+            let batch = self.patches_of(clip)?;
             for part in batch.chunks(self.eval_chunk()) {
                 let patches = part.patches;
-                let x = part.to_tensor(&device);
-                let output = model.forward(x.clone());
-                let loss = model.loss(x, &output).total.into_scalar::<f32>() as f64;
-                sum += loss * patches as f64;
+                let loss = model.loss(part.to_tensor(&device), Precision::F32, false);
+                sum += loss.total.into_scalar::<f32>() as f64 * patches as f64;
                 n += patches;
             }
         }
@@ -839,6 +880,7 @@ impl Trainer {
     /// type and ID.
     pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
         let settings = ScoreSettings {
+            shape: self.model_config.input(),
             stride: self.config.eval_stride,
             chunk: self.eval_chunk(),
             workers: self.options.loader.workers,
@@ -907,6 +949,42 @@ pub fn evaluate_checkpoint(
     target: Option<Target>,
     loader: LoaderOptions,
 ) -> Result<Evaluation, TrainError> {
+    struct Evaluate<'a> {
+        path: &'a std::path::Path,
+        config: TrainConfig,
+        loader: LoaderOptions,
+    }
+    impl WithModel for Evaluate<'_> {
+        type Output = Result<Evaluation, TrainError>;
+        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            let Evaluate {
+                path,
+                config,
+                loader,
+            } = self;
+            let device = config.target().training_device(false)?;
+            let loaded = checkpoint::load::<C>(path, &device)?;
+            let data = dataset::open(&config, &loader)?;
+            let plain = device.without_autodiff();
+            let settings = ScoreSettings {
+                shape: model.input(),
+                stride: config.eval_stride,
+                chunk: (config.micro_batch * config.n_patches).max(1),
+                workers: loader.workers,
+                on_bad_file: loader.on_bad_file,
+            };
+            let skipped = data.skipped.clone();
+            let normalization = loaded.state.normalization;
+            score_test_split(
+                &loaded.model,
+                &plain,
+                &data,
+                &normalization,
+                settings,
+                skipped,
+            )
+        }
+    }
     let state = checkpoint::read_state(path)?;
     let mut config = state.config;
     if let Some(target) = target {
@@ -916,31 +994,20 @@ pub fn evaluate_checkpoint(
     if let Some(source) = source {
         config.dataset = source;
     }
-    let device = config.target().training_device(false)?;
-    let loaded = checkpoint::load(path, &device)?;
-    let data = dataset::open(&config, &loader)?;
-    let plain = device.without_autodiff();
-    let settings = ScoreSettings {
-        stride: config.eval_stride,
-        chunk: (config.micro_batch * config.n_patches).max(1),
-        workers: loader.workers,
-        on_bad_file: loader.on_bad_file,
-    };
-    let skipped = data.skipped.clone();
-    let normalization = loaded.state.normalization;
-    score_test_split(
-        &loaded.model,
-        &plain,
-        &data,
-        &normalization,
-        settings,
-        skipped,
-    )
+    let spec = config.model.clone();
+    with_model(
+        &spec,
+        Evaluate {
+            path,
+            config,
+            loader,
+        },
+    )?
 }
 
 /// Scores `data`'s test clips; `skipped` lists files already left out.
-fn score_test_split(
-    model: &VqAutoencoder,
+fn score_test_split<M: SpectrogramModel>(
+    model: &M,
     device: &Device,
     data: &RunData,
     normalization: &Normalization,
@@ -951,6 +1018,7 @@ fn score_test_split(
         &model.valid(),
         device,
         &data.store,
+        &data.classes,
         &data.test,
         normalization,
         settings,
@@ -959,4 +1027,135 @@ fn score_test_split(
     let mut report = eval::report(&scores);
     report.skipped = skipped;
     Ok(Evaluation { report, scores })
+}
+
+/// What front-ends drive: a run, whichever model it trains.
+trait Run {
+    fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError>;
+    fn evaluate(&self) -> Result<Evaluation, TrainError>;
+    fn validation_loss(&self) -> Result<f64, TrainError>;
+    fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError>;
+    fn config(&self) -> &TrainConfig;
+    fn plan(&self) -> Option<&Plan>;
+    fn step(&self) -> u64;
+    fn total_steps(&self) -> u64;
+    fn run_info(&self) -> RunInfo;
+    fn parameters(&self) -> Vec<f32>;
+}
+
+impl<M: SpectrogramModel> Run for ModelTrainer<M> {
+    fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        ModelTrainer::run(self, sink)
+    }
+    fn evaluate(&self) -> Result<Evaluation, TrainError> {
+        ModelTrainer::evaluate(self)
+    }
+    fn validation_loss(&self) -> Result<f64, TrainError> {
+        ModelTrainer::validation_loss(self)
+    }
+    fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
+        ModelTrainer::set_micro_batch(self, micro_batch)
+    }
+    fn config(&self) -> &TrainConfig {
+        ModelTrainer::config(self)
+    }
+    fn plan(&self) -> Option<&Plan> {
+        ModelTrainer::plan(self)
+    }
+    fn step(&self) -> u64 {
+        ModelTrainer::step(self)
+    }
+    fn total_steps(&self) -> u64 {
+        ModelTrainer::total_steps(self)
+    }
+    fn run_info(&self) -> RunInfo {
+        ModelTrainer::run_info(self)
+    }
+    fn parameters(&self) -> Vec<f32> {
+        crate::model::flat_parameters(&self.model)
+    }
+}
+
+/// A run of the built-in model its configuration names (`TrainConfig::model`): what the
+/// CLI and the GUI hold. A network of one's own trains through [`ModelTrainer`].
+pub struct Trainer(Box<dyn Run>);
+
+impl Trainer {
+    /// A fresh run.
+    pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
+        struct New(TrainConfig, RunOptions);
+        impl WithModel for New {
+            type Output = Result<Trainer, TrainError>;
+            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+                let trainer = ModelTrainer::<C::Model>::new(self.0, self.1)?;
+                Ok(Trainer(Box::new(trainer)))
+            }
+        }
+        let spec = config.model.clone();
+        with_model(&spec, New(config, options))?
+    }
+
+    /// Continues the run saved at `path` (see [`ModelTrainer::resume`]).
+    pub fn resume(
+        path: &std::path::Path,
+        changes: &ResumeChanges,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
+        struct Resume<'a>(&'a std::path::Path, &'a ResumeChanges, RunOptions);
+        impl WithModel for Resume<'_> {
+            type Output = Result<Trainer, TrainError>;
+            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+                let trainer = ModelTrainer::<C::Model>::resume(self.0, self.1, self.2)?;
+                Ok(Trainer(Box::new(trainer)))
+            }
+        }
+        let spec = checkpoint::read_state(path)?.config.model;
+        with_model(&spec, Resume(path, changes, options))?
+    }
+
+    pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        self.0.run(sink)
+    }
+
+    /// Scores the test split (per-clip mean patch score) and its AUC and pAUC per machine
+    /// type and ID.
+    pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
+        self.0.evaluate()
+    }
+
+    /// Mean loss over the held-out clips, evaluated without autodiff.
+    pub fn validation_loss(&self) -> Result<f64, TrainError> {
+        self.0.validation_loss()
+    }
+
+    /// See [`ModelTrainer::set_micro_batch`].
+    pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
+        self.0.set_micro_batch(micro_batch)
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        self.0.config()
+    }
+
+    /// The plan the run trains with, when it was planned.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.0.plan()
+    }
+
+    pub fn step(&self) -> u64 {
+        self.0.step()
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.0.total_steps()
+    }
+
+    pub fn run_info(&self) -> RunInfo {
+        self.0.run_info()
+    }
+
+    /// Every parameter value in visiting order: for comparing runs.
+    pub fn parameters(&self) -> Vec<f32> {
+        self.0.parameters()
+    }
 }

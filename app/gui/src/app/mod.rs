@@ -8,11 +8,14 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Color32, RichText};
+use headroom_core::choose::Choice;
 use headroom_core::memory::Budget;
+use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::{
     Breakdown, Calibration, Fixed, Plan, Planning, breakdown_of, devices, search,
 };
-use headroom_core::probe::{DeviceReport, MachineReport, Precision, choose::Choice};
+use headroom_core::precision::Precision;
+use headroom_core::probe::{DeviceReport, MachineReport};
 use headroom_core::train::{DatasetSource, Evaluation};
 use headroom_core::{RunLength, RunOptions, Target, TrainConfig};
 use headroom_datasets::{FeatureSettings, SyntheticConfig};
@@ -130,8 +133,13 @@ pub struct HeadroomApp {
     choice: Option<Choice>,
     /// Index into the probe's devices.
     pub selected: Option<usize>,
-    pub calibration: Option<(Target, Calibration)>,
-    calibrating: Option<Target>,
+    /// The device's calibration and the model it was made for.
+    pub calibration: Option<(Target, String, Calibration)>,
+    calibrating: Option<(Target, String)>,
+    /// A device and model whose calibration failed: not retried on every frame.
+    calibration_failed: Option<(Target, String)>,
+    /// The model to train, by name (`model::built_in`).
+    pub model: String,
     pub pins: Pins,
     pub effective_batch: usize,
     pub budget_source: BudgetSource,
@@ -178,6 +186,8 @@ impl HeadroomApp {
             selected: None,
             calibration: None,
             calibrating: None,
+            calibration_failed: None,
+            model: headroom_core::model::VqAutoencoderConfig::NAME.to_string(),
             pins: Pins::default(),
             effective_batch: 32,
             budget_source: BudgetSource::FreeMemory,
@@ -196,7 +206,7 @@ impl HeadroomApp {
             settings,
         };
         if let Some(report) = machine {
-            let choice = headroom_core::probe::choose::choose(&report);
+            let choice = headroom_core::choose::choose(&report);
             app.probed(report, choice);
         }
         if let Some(root) = app.settings.data_root.clone() {
@@ -246,8 +256,8 @@ impl HeadroomApp {
     /// The plan for the current pins and budget, from the device's calibration: instant, so
     /// it follows every change of a pin.
     pub fn plan(&self) -> Option<Result<(Plan, Breakdown), String>> {
-        let (target, calibration) = self.calibration.as_ref()?;
-        if Some(*target) != self.target() {
+        let (target, model, calibration) = self.calibration.as_ref()?;
+        if Some(*target) != self.target() || *model != self.model {
             return None;
         }
         let (budget, _) = match self.budget() {
@@ -264,12 +274,19 @@ impl HeadroomApp {
         let request = planning.request(0, headroom_core::plan::ReadAhead::NONE);
         Some(
             search(&calibration.memory, &calibration.speed, &request)
-                .map(|plan| {
-                    let model = headroom_core::model::VqAutoencoderConfig::default();
-                    let breakdown = breakdown_of(&model, &plan, 0, calibration);
-                    (plan, breakdown)
-                })
-                .map_err(|e| e.to_string()),
+                .map_err(|e| e.to_string())
+                .and_then(|plan| {
+                    struct Breakdown<'a>(&'a Plan, &'a Calibration);
+                    impl WithModel for Breakdown<'_> {
+                        type Output = headroom_core::plan::Breakdown;
+                        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+                            breakdown_of(&model, self.0, 0, self.1)
+                        }
+                    }
+                    let breakdown = with_default(model, Breakdown(&plan, calibration))
+                        .map_err(|e| e.to_string())?;
+                    Ok((plan, breakdown))
+                }),
         )
     }
 
@@ -298,15 +315,21 @@ impl HeadroomApp {
         self.calibrate_selected();
     }
 
-    fn calibrate_selected(&mut self) {
+    /// Calibrates the chosen device for the chosen model, unless that is done or under way.
+    pub(super) fn calibrate_selected(&mut self) {
         let Some(target) = self.target() else { return };
-        if self.calibrating == Some(target)
-            || self.calibration.as_ref().is_some_and(|(t, _)| *t == target)
+        let wanted = (target, self.model.clone());
+        if self.calibrating.as_ref() == Some(&wanted)
+            || self.calibration_failed.as_ref() == Some(&wanted)
+            || self
+                .calibration
+                .as_ref()
+                .is_some_and(|(t, m, _)| (*t, m) == (target, &self.model))
         {
             return;
         }
-        self.calibrating = Some(target);
-        jobs::calibrate(self.outbox.clone(), target);
+        self.calibrating = Some(wanted);
+        jobs::calibrate(self.outbox.clone(), target, self.model.clone());
     }
 
     /// Starts a run with the current choices; it plans (with a dry-run) before training.
@@ -333,13 +356,17 @@ impl HeadroomApp {
             },
             None => DatasetSource::Synthetic(self.synthetic.clone()),
         };
-        let config = TrainConfig {
+        let mut config = TrainConfig {
             backend: target.backend,
             device: target.device,
             length: RunLength::Steps(self.settings.steps),
             dataset,
             ..TrainConfig::default()
         };
+        if let Err(e) = config.set_built_in_model(&self.model) {
+            self.status = e.to_string();
+            return;
+        }
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
@@ -412,16 +439,24 @@ impl HeadroomApp {
                         self.dataset.problems.len()
                     );
                 }
-                Message::Calibrated(target, result) => {
+                Message::Calibrated(target, model, result) => {
                     self.calibrating = None;
                     match result {
-                        Ok(c) => self.calibration = Some((target, c)),
-                        Err(e) => self.status = format!("Calibration failed: {e}"),
+                        Ok(c) => self.calibration = Some((target, model, c)),
+                        Err(e) => {
+                            self.status = format!("Calibration failed: {e}");
+                            self.calibration_failed = Some((target, model));
+                        }
                     }
+                    // The choice may have moved on while this one calibrated.
+                    self.calibrate_selected();
                 }
                 Message::Event(event) => {
                     if let headroom_core::events::Event::Config(info) = &event {
-                        self.status = format!("Training on {} ({})", info.backend, info.device);
+                        self.status = format!(
+                            "Training {} on {} ({})",
+                            info.model, info.backend, info.device
+                        );
                     }
                     self.session.apply(&event);
                 }

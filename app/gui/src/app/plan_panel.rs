@@ -8,6 +8,25 @@ impl HeadroomApp {
         let running = self.session.is_running();
         ui.add_enabled_ui(!running, |ui| {
             ui.horizontal(|ui| {
+                ui.label("Model");
+                egui::ComboBox::from_id_salt("model")
+                    .selected_text(self.model.as_str())
+                    .show_ui(ui, |ui| {
+                        for m in headroom_core::model::built_in() {
+                            ui.selectable_value(&mut self.model, m.name.to_string(), m.name)
+                                .on_hover_text(format!(
+                                    "{}; {} parameters, input {} mels x {} frames",
+                                    m.summary, m.parameters, m.input.mels, m.input.frames
+                                ));
+                        }
+                    })
+                    .response
+                    .on_hover_text("The network to train");
+                // The plan rests on steps of the chosen model on the chosen device: measure
+                // them when that choice is new (a no-op while they are known or under way).
+                self.calibrate_selected();
+            });
+            ui.horizontal(|ui| {
                 ui.label("Budget");
                 let mut kind = match self.budget_source {
                     BudgetSource::FreeMemory => 0,

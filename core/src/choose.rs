@@ -1,10 +1,10 @@
 //! The `--backend auto` policy: the fastest place that fits, never a software adapter over
 //! flex, explained in one line.
 
-use super::{DeviceClass, DeviceReport, MachineReport, gib};
 use crate::backend::{BackendKind, Target};
 use crate::model::VqAutoencoderConfig;
-use crate::plan::memory;
+use crate::model::vq_patch_ae::StepForms;
+use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
 
 /// Free memory a GPU must have for auto to consider it: twice the analytic size of the
 /// model's smallest step (one patch per micro-batch; parameters, gradients, AdamW moments,
@@ -12,8 +12,8 @@ use crate::plan::memory;
 /// measured smallest steps: on wgpu 6.2 MiB in use, 20.9 MiB reserved by the pool (its
 /// first pages); on flex under 20 MiB. The dry-run on the device has the last word.
 pub fn minimum_free_bytes(model: &VqAutoencoderConfig) -> u64 {
-    let b = memory::breakdown(model, memory::StepForms::Plain, 1, 0, 0, 0);
-    2 * (b.parameters + b.gradients + b.optimizer + b.activations + b.data)
+    let step = model.analytic_with(StepForms::Plain, 1);
+    2 * (4 * step.parameters + step.activations + step.data)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -249,7 +249,7 @@ pub fn quick_benchmark(device: &DeviceReport) -> Result<f64, String> {
         target,
         &VqAutoencoderConfig::default(),
         patches,
-        super::Precision::F32,
+        crate::precision::Precision::F32,
         false,
     )
     .map(|m| patches as f64 / m.seconds.max(1e-9))
@@ -259,7 +259,8 @@ pub fn quick_benchmark(device: &DeviceReport) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::{MemoryFigure, Precision};
+    use crate::precision::Precision;
+    use crate::probe::MemoryFigure;
 
     fn device(
         backend: BackendKind,

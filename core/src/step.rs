@@ -6,8 +6,8 @@ use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
 use crate::memory::{MemoryMeter, MemorySource, OverBudget};
-use crate::model::VqAutoencoder;
-use crate::probe::Precision;
+use crate::model::{Patches, SpectrogramModel, StepLoss};
+use crate::precision::Precision;
 
 /// Why a step could not finish. Nothing of the model or the optimizer has changed when one
 /// of these comes back: the optimizer only runs after every micro-batch has succeeded.
@@ -45,47 +45,25 @@ impl StepError {
 pub struct StepOutcome {
     /// Mean total loss over the micro-batches.
     pub loss: f64,
+    /// Mean of the model's reported term (the reconstruction error of an autoencoder).
     pub reconstruction_loss: f64,
     /// Global gradient norm before clipping.
     pub grad_norm: f64,
 }
 
-/// What a step minimises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Objective {
-    /// MODEL.md's three-term loss through the quantizer.
-    VectorQuantized,
-    /// Reconstruction through encoder and decoder alone: the quantizer warm-up, which gives
-    /// the codebook informative latents to start from (see `TrainConfig::quantizer_warmup_steps`).
-    Autoencoder,
-}
-
 /// Gradients of one micro-batch, its loss weighted by its share of the step's patches
 /// (seed 003's loss / accumulation when micro-batches are equal) so that summing the
 /// micro-batch gradients gives the gradient of the mean over all of them.
-pub fn micro_batch_gradients(
-    model: &VqAutoencoder,
-    patches: Tensor<4>,
+pub fn micro_batch_gradients<M: SpectrogramModel>(
+    model: &M,
+    batch: Patches,
     step_patches: usize,
-    objective: Objective,
+    warming_up: bool,
     precision: Precision,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
-    let share = patches.dims()[0] as f64 / step_patches.max(1) as f64;
-    let compute = precision.compute_dtype();
-    let (total, reconstruction) = match objective {
-        Objective::VectorQuantized => {
-            let output = model.forward_in(patches.clone(), compute);
-            let loss = model.loss(patches, &output);
-            (loss.total, loss.reconstruction)
-        }
-        Objective::Autoencoder => {
-            let latent = model.encode_in(patches.clone(), compute);
-            let reconstruction = model.decode_in(latent, compute);
-            let loss = (reconstruction - patches).square().mean();
-            (loss.clone(), loss)
-        }
-    };
+    let share = batch.len() as f64 / step_patches.max(1) as f64;
+    let StepLoss { total, reported } = model.loss(batch, precision, warming_up);
     // The loss scale is undone on the summed gradients (see `optimizer_step`).
     let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
     let device = scaled.device();
@@ -103,31 +81,27 @@ pub fn micro_batch_gradients(
         return Err(StepError::Device(error.to_string()));
     }
     let total = scaled.into_scalar::<f32>() as f64 / precision.loss_scale() as f64;
-    let reconstruction = reconstruction.into_scalar::<f32>() as f64 * share;
-    Ok((
-        GradientsParams::from_grads(grads, model),
-        total,
-        reconstruction,
-    ))
+    let reported = reported.into_scalar::<f32>() as f64 * share;
+    Ok((GradientsParams::from_grads(grads, model), total, reported))
 }
 
 /// Runs the micro-batches of one step and returns their summed gradients. Stops at the
 /// first micro-batch whose peak passes the meter's budget.
-pub fn accumulate_gradients(
-    model: &VqAutoencoder,
-    micro_batches: impl IntoIterator<Item = Tensor<4>>,
+pub fn accumulate_gradients<M: SpectrogramModel>(
+    model: &M,
+    micro_batches: impl IntoIterator<Item = Patches>,
     step_patches: usize,
-    objective: Objective,
+    warming_up: bool,
     precision: Precision,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
-    let mut accumulator = GradientsAccumulator::<VqAutoencoder>::new();
+    let mut accumulator = GradientsAccumulator::<M>::new();
     let (mut loss, mut reconstruction) = (0.0, 0.0);
     let mut seen = 0;
-    for patches in micro_batches {
-        seen += patches.dims()[0];
+    for batch in micro_batches {
+        seen += batch.len();
         let (grads, l, r) =
-            micro_batch_gradients(model, patches, step_patches, objective, precision, meter)?;
+            micro_batch_gradients(model, batch, step_patches, warming_up, precision, meter)?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
@@ -150,31 +124,32 @@ pub struct StepSettings {
     pub step_patches: usize,
     pub lr: f64,
     pub clip_norm: Option<f64>,
-    pub objective: Objective,
+    /// The model's warm-up objective (`SpectrogramModel::loss`).
+    pub warming_up: bool,
     /// Encoder and decoder compute precision; parameters and optimizer stay f32.
     pub precision: Precision,
 }
 
 /// One whole optimizer step.
-pub fn optimizer_step(
-    model: VqAutoencoder,
+pub fn optimizer_step<M: SpectrogramModel>(
+    model: M,
     optimizer: &mut ModuleOptimizer,
-    micro_batches: impl IntoIterator<Item = Tensor<4>>,
+    micro_batches: impl IntoIterator<Item = Patches>,
     settings: StepSettings,
     meter: &mut MemoryMeter,
-) -> Result<(VqAutoencoder, StepOutcome), StepError> {
+) -> Result<(M, StepOutcome), StepError> {
     let StepSettings {
         step_patches,
         lr,
         clip_norm,
-        objective,
+        warming_up,
         precision,
     } = settings;
     let (mut grads, loss, reconstruction_loss) = accumulate_gradients(
         &model,
         micro_batches,
         step_patches,
-        objective,
+        warming_up,
         precision,
         meter,
     )?;
@@ -200,7 +175,7 @@ pub fn optimizer_step(
 }
 
 /// L2 norm of all gradients together, as `torch.nn.utils.clip_grad_norm_` measures it.
-pub fn global_norm(model: &VqAutoencoder, grads: &GradientsParams) -> f64 {
+pub fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     struct SumSquares<'a> {
         grads: &'a GradientsParams,
         total: Option<Tensor<1>>,
@@ -227,7 +202,7 @@ pub fn global_norm(model: &VqAutoencoder, grads: &GradientsParams) -> f64 {
 /// `clip_grad_norm_` does. burn's own clipping works per parameter tensor, which changes
 /// the direction of the update; the model card asks for the global norm. Returns the norm
 /// before clipping.
-pub fn clip_global_norm(model: &VqAutoencoder, grads: &mut GradientsParams, max_norm: f64) -> f64 {
+pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
     let norm = global_norm(model, grads);
     let scale = max_norm / (norm + 1e-6);
     if scale < 1.0 {
@@ -237,7 +212,7 @@ pub fn clip_global_norm(model: &VqAutoencoder, grads: &mut GradientsParams, max_
 }
 
 /// Multiplies every gradient by `factor`.
-pub fn scale_gradients(model: &VqAutoencoder, grads: &mut GradientsParams, factor: f32) {
+pub fn scale_gradients<M: Module>(model: &M, grads: &mut GradientsParams, factor: f32) {
     struct Scale<'a> {
         grads: &'a mut GradientsParams,
         factor: f32,
@@ -257,7 +232,7 @@ pub fn scale_gradients(model: &VqAutoencoder, grads: &mut GradientsParams, facto
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
-    use crate::model::VqAutoencoderConfig;
+    use crate::model::{VqAutoencoder, VqAutoencoderConfig};
     use burn::tensor::Distribution;
 
     fn flatten(model: &VqAutoencoder, grads: &GradientsParams) -> Vec<f32> {
@@ -282,13 +257,13 @@ mod tests {
         c.out
     }
 
-    fn setup() -> (VqAutoencoder, Tensor<4>, MemoryMeter) {
+    fn setup() -> (VqAutoencoder, Patches, MemoryMeter) {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(11);
         let model = VqAutoencoderConfig::default().init(&device);
         let x = Tensor::<4>::random([8, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
         let meter = MemoryMeter::new(BackendKind::Flex, &device);
-        (model, x, meter)
+        (model, Patches::unlabelled(x), meter)
     }
 
     /// One batch of 8, four micro-batches of 2, and uneven ones of 3, 3 and 2 give the same
@@ -296,15 +271,9 @@ mod tests {
     #[test]
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
-        let (whole, loss_whole, _) = accumulate_gradients(
-            &model,
-            [x.clone()],
-            8,
-            Objective::VectorQuantized,
-            Precision::F32,
-            &mut meter,
-        )
-        .unwrap();
+        let (whole, loss_whole, _) =
+            accumulate_gradients(&model, [x.clone()], 8, false, Precision::F32, &mut meter)
+                .unwrap();
         let a = flatten(&model, &whole);
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
@@ -313,20 +282,13 @@ mod tests {
             let parts: Vec<_> = sizes
                 .iter()
                 .map(|&n| {
-                    let part = x.clone().narrow(0, start, n);
+                    let part = x.values.clone().narrow(0, start, n);
                     start += n;
-                    part
+                    Patches::unlabelled(part)
                 })
                 .collect();
-            let (accumulated, loss_parts, _) = accumulate_gradients(
-                &model,
-                parts,
-                8,
-                Objective::VectorQuantized,
-                Precision::F32,
-                &mut meter,
-            )
-            .unwrap();
+            let (accumulated, loss_parts, _) =
+                accumulate_gradients(&model, parts, 8, false, Precision::F32, &mut meter).unwrap();
             let b = flatten(&model, &accumulated);
             let worst = a
                 .iter()
@@ -349,14 +311,7 @@ mod tests {
     #[test]
     fn a_step_short_of_its_patches_is_refused() {
         let (model, x, mut meter) = setup();
-        let short = accumulate_gradients(
-            &model,
-            [x],
-            16,
-            Objective::VectorQuantized,
-            Precision::F32,
-            &mut meter,
-        );
+        let short = accumulate_gradients(&model, [x], 16, false, Precision::F32, &mut meter);
         assert!(matches!(
             short,
             Err(StepError::Incomplete {
@@ -370,15 +325,8 @@ mod tests {
     fn half_precision_gradients_follow_the_f32_ones() {
         let (model, x, mut meter) = setup();
         let run = |precision: Precision, meter: &mut MemoryMeter| {
-            let (mut grads, loss, _) = accumulate_gradients(
-                &model,
-                [x.clone()],
-                8,
-                Objective::VectorQuantized,
-                precision,
-                meter,
-            )
-            .unwrap();
+            let (mut grads, loss, _) =
+                accumulate_gradients(&model, [x.clone()], 8, false, precision, meter).unwrap();
             scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
             (flatten(&model, &grads), loss)
         };
@@ -410,9 +358,9 @@ mod tests {
         let (model, x, mut meter) = setup();
         let (grads, _, _) = accumulate_gradients(
             &model,
-            [x.mul_scalar(50.0)],
+            [Patches::unlabelled(x.values.mul_scalar(50.0))],
             8,
-            Objective::VectorQuantized,
+            false,
             Precision::F32,
             &mut meter,
         )

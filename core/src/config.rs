@@ -1,12 +1,12 @@
 //! What a training run is asked to do. Saved inside every checkpoint, so a resumed run
 //! continues the same run.
 
-use headroom_datasets::{FeatureSettings, PatchPlacement, PatchSpec, SyntheticConfig};
+use headroom_datasets::{FeatureSettings, PatchPlacement, PatchShape, PatchSpec, SyntheticConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, DeviceTarget, Target};
-use crate::model::VqAutoencoderConfig;
-use crate::probe::Precision;
+use crate::model::{ModelConfig, ModelError, ModelSpec, WithModel, with_default};
+use crate::precision::Precision;
 
 /// Where the clips come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,6 +25,23 @@ pub enum DatasetSource {
 }
 
 impl DatasetSource {
+    /// The mel bands its features have.
+    pub fn mels(&self) -> usize {
+        match self {
+            DatasetSource::Synthetic(s) => s.n_mels,
+            DatasetSource::Dcase { features, .. } => features.logmel.n_mels,
+        }
+    }
+
+    /// The same recordings with features of `mels` mel bands.
+    pub fn with_mels(mut self, mels: usize) -> Self {
+        match &mut self {
+            DatasetSource::Synthetic(s) => s.n_mels = mels,
+            DatasetSource::Dcase { features, .. } => features.logmel.n_mels = mels,
+        }
+        self
+    }
+
     /// How events and logs name the source.
     pub fn describe(&self) -> String {
         match self {
@@ -87,14 +104,17 @@ pub struct TrainConfig {
     pub empty_cache_every: u64,
     /// One train clip in this many is held out for validation.
     pub validation_every_nth_clip: usize,
-    /// Optimizer steps that train encoder and decoder without the quantizer before the
-    /// codebook is drawn from their latents and the three-term loss takes over. Started
-    /// cold, this model's codes collapse and the commitment term diverges (measured in
-    /// PyTorch and here; docs/TRAINING.md). `None`: a tenth of the run, fixed when it starts.
+    /// Optimizer steps of the model's warm-up objective before its own loss takes over: for
+    /// the default model, encoder and decoder without the quantizer, whose latents then seed
+    /// the codebook (`SpectrogramModel::end_warm_up`). `None`: the model's default
+    /// (`ModelConfig::default_warm_up_steps`), fixed when the run starts.
     pub quantizer_warmup_steps: Option<u64>,
     /// Stride between the patches a test clip is scored on.
     pub eval_stride: usize,
-    pub model: VqAutoencoderConfig,
+    /// The network and its configuration (`--model`); runs saved before models had names
+    /// read as the default model.
+    #[serde(default)]
+    pub model: ModelSpec,
     pub dataset: DatasetSource,
 }
 
@@ -122,7 +142,7 @@ impl Default for TrainConfig {
             validation_every_nth_clip: 10,
             quantizer_warmup_steps: None,
             eval_stride: 32,
-            model: VqAutoencoderConfig::default(),
+            model: ModelSpec::default(),
             dataset: DatasetSource::default(),
         }
     }
@@ -190,11 +210,34 @@ impl TrainConfig {
         }
     }
 
-    pub fn patch_spec(&self) -> PatchSpec {
+    /// Trains `model` instead: the features take the mel bands its patches have, and patches
+    /// are drawn and scored at its strides.
+    pub fn set_model<C: ModelConfig>(&mut self, model: &C) {
+        self.dataset = self.dataset.clone().with_mels(model.input().mels);
+        self.stride = model.training_stride();
+        self.eval_stride = model.scoring_stride();
+        self.model = ModelSpec::of(model);
+    }
+
+    /// Trains the built-in model `name` (`model::built_in`), as [`Self::set_model`].
+    pub fn set_built_in_model(&mut self, name: &str) -> Result<(), ModelError> {
+        struct Set<'a>(&'a mut TrainConfig);
+        impl WithModel for Set<'_> {
+            type Output = ();
+            fn run<C: ModelConfig>(self, model: C) {
+                self.0.set_model(&model);
+            }
+        }
+        with_default(name, Set(self))
+    }
+
+    /// How train clips are cut into patches of the model's `shape`.
+    pub fn patch_spec(&self, shape: PatchShape) -> PatchSpec {
         PatchSpec {
             n_patches: self.n_patches,
             stride: self.stride,
             placement: self.placement,
+            shape,
         }
     }
 

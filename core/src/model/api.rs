@@ -1,0 +1,326 @@
+//! What the engine needs from a network, and nothing more: the input it takes, its loss, its
+//! per-patch anomaly score and, where it can say, the sizes of a step. The trainer,
+//! planner, checkpoints and scoring are written against these two traits, so a model defined
+//! outside Headroom trains, plans and scores like the built-in ones.
+//!
+//! Why traits with an associated config rather than one trait object: burn's `Module` (what
+//! the optimizer, gradients and records work on) is not object-safe, and a run's model is
+//! fixed when it starts, so the engine is generic over the model and front-ends choose it by
+//! name once ([`with_model`]).
+
+use burn::module::Module;
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub use headroom_datasets::PatchShape;
+
+use crate::backend::BackendKind;
+use crate::precision::Precision;
+
+/// What one micro-batch gives a model: patches of normalised log-mel spectrograms (a patch is
+/// every mel band by a few consecutive frames: 64 x 64 for the default model, a 128 x 5
+/// frame stack for the DCASE baseline), and the machine ID each patch's clip was recorded
+/// from, as a class index.
+#[derive(Debug, Clone)]
+pub struct Patches {
+    /// `[n, 1, mels, frames]`.
+    pub values: Tensor<4>,
+    /// `[n]`: the class of each patch's machine ID (0 where the run has no classes).
+    pub classes: Tensor<1, Int>,
+}
+
+impl Patches {
+    /// Patches with no class information (every class 0).
+    pub fn unlabelled(values: Tensor<4>) -> Self {
+        let n = values.dims()[0];
+        let classes = Tensor::zeros([n], &values.device());
+        Self { values, classes }
+    }
+
+    /// `n` patches of unit noise with random classes among `classes`: what the planner
+    /// measures steps with.
+    pub fn random(shape: PatchShape, classes: usize, n: usize, device: &Device) -> Self {
+        let values = Tensor::random(
+            [n, 1, shape.mels, shape.frames],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        let labels: Vec<i64> = (0..n).map(|i| (i % classes.max(1)) as i64).collect();
+        let classes = Tensor::from_data(TensorData::new(labels, [n]), device);
+        Self { values, classes }
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.dims()[0]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The loss of one micro-batch.
+#[derive(Debug, Clone)]
+pub struct StepLoss {
+    /// What the step differentiates: a mean over the micro-batch's patches.
+    pub total: Tensor<1>,
+    /// The term reported beside it (the reconstruction error of an autoencoder).
+    pub reported: Tensor<1>,
+}
+
+/// Bytes a step holds by what holds them, as far as the network's shapes say: the plan's
+/// breakdown. What the measured peak holds beyond these is the backend's overhead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AnalyticStep {
+    /// The parameters (gradients are as many, AdamW's moments twice as many).
+    pub parameters: u64,
+    /// What autodiff keeps for backward.
+    pub activations: u64,
+    /// The micro-batch's input and the model's other per-patch buffers.
+    pub data: u64,
+}
+
+/// A network Headroom trains: a burn module with a loss and an anomaly score.
+pub trait SpectrogramModel: Module + Clone + std::fmt::Debug + Send + 'static {
+    type Config: ModelConfig<Model = Self>;
+
+    /// The loss of one micro-batch, computed in `precision` where the model supports mixed
+    /// precision (it may ignore it). `warming_up`: the run is in the model's warm-up steps
+    /// ([`ModelConfig::default_warm_up_steps`]).
+    fn loss(&self, batch: Patches, precision: Precision, warming_up: bool) -> StepLoss;
+
+    /// Anomaly score of each patch, `[n]`, higher for more anomalous; a clip's score is the
+    /// mean over its patches. Called without autodiff.
+    fn patch_scores(&self, batch: Patches) -> Tensor<1>;
+
+    /// What happens when the warm-up ends, given the train split's patches on a device
+    /// without autodiff (the VQ autoencoder draws its codebook from its encoder's outputs);
+    /// `seed` makes any draw reproducible.
+    fn end_warm_up(self, _train: &mut dyn Iterator<Item = Patches>, _seed: u64) -> Self {
+        self
+    }
+}
+
+/// A model's configuration: what a checkpoint records and `--model` names.
+pub trait ModelConfig:
+    Clone + std::fmt::Debug + PartialEq + Serialize + DeserializeOwned + Default + Send + Sync + 'static
+{
+    type Model: SpectrogramModel<Config = Self>;
+
+    /// The name `--model` takes and checkpoints record.
+    const NAME: &'static str;
+    /// One line for `trainer-cli models`.
+    const SUMMARY: &'static str;
+
+    fn init(&self, device: &Device) -> Self::Model;
+
+    /// The patch the model reads; the run's log-mel has its `mels` bands.
+    fn input(&self) -> PatchShape;
+
+    /// Parameters, as PyTorch counts them.
+    fn parameter_count(&self) -> u64;
+
+    /// The analytic sizes of a step with `patches` patches per micro-batch on `backend`.
+    fn analytic_step(
+        &self,
+        backend: BackendKind,
+        precision: Precision,
+        patches: usize,
+    ) -> AnalyticStep;
+
+    /// The configuration for a dataset whose train split holds these machines (type and
+    /// ID, sorted: a patch's class is its machine's index here); a model that learns the IDs
+    /// sizes its output here and refuses a dataset it cannot learn from.
+    fn for_machines(self, _machines: &[Machine]) -> Result<Self, ModelError> {
+        Ok(self)
+    }
+
+    /// The classes the model tells apart (1: it learns none).
+    fn classes(&self) -> usize {
+        1
+    }
+
+    /// Frames between the patches a train spectrogram gives a step (`--stride`): the
+    /// default half a patch apart.
+    fn training_stride(&self) -> usize {
+        (self.input().frames / 2).max(1)
+    }
+
+    /// Frames between the patches a test clip is scored on: every patch is scored, the
+    /// default half a patch apart.
+    fn scoring_stride(&self) -> usize {
+        (self.input().frames / 2).max(1)
+    }
+
+    /// Warm-up steps for a run of `total_steps` when none were asked for; 0: no warm-up.
+    fn default_warm_up_steps(&self, _total_steps: u64) -> u64 {
+        0
+    }
+}
+
+/// One machine of a dataset: its type and ID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Machine {
+    pub machine_type: String,
+    pub machine_id: u32,
+}
+
+/// A run's model as saved: its name and its configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelSpec {
+    pub name: String,
+    pub config: serde_json::Value,
+}
+
+impl ModelSpec {
+    pub fn of<C: ModelConfig>(config: &C) -> Self {
+        Self {
+            name: C::NAME.to_string(),
+            config: serde_json::to_value(config).unwrap_or(serde_json::Value::Null),
+        }
+    }
+
+    /// The configuration, when this is model `C`.
+    pub fn config<C: ModelConfig>(&self) -> Result<C, ModelError> {
+        if self.name != C::NAME {
+            return Err(ModelError::Mismatch {
+                saved: self.name.clone(),
+                asked: C::NAME.to_string(),
+            });
+        }
+        serde_json::from_value(self.config.clone()).map_err(|e| ModelError::Config {
+            name: self.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl ModelSpec {
+    /// The patch of the built-in model this names.
+    pub fn input(&self) -> Result<PatchShape, ModelError> {
+        struct Input;
+        impl WithModel for Input {
+            type Output = PatchShape;
+            fn run<C: ModelConfig>(self, config: C) -> PatchShape {
+                config.input()
+            }
+        }
+        with_model(self, Input)
+    }
+}
+
+impl Default for ModelSpec {
+    fn default() -> Self {
+        Self::of(&super::VqAutoencoderConfig::default())
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    /// Runs saved before models had names hold the VQ autoencoder's configuration itself.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match (value.get("name"), value.get("config")) {
+            (Some(serde_json::Value::String(name)), Some(config)) => Ok(Self {
+                name: name.clone(),
+                config: config.clone(),
+            }),
+            _ => Ok(Self {
+                name: super::VqAutoencoderConfig::NAME.to_string(),
+                config: value,
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("unknown model {name:?}; the models are: {known}")]
+    Unknown { name: String, known: String },
+    #[error(
+        "this run or checkpoint holds the model {saved}, not {asked}; use --model {saved}, or \
+         start a new run for {asked}"
+    )]
+    Mismatch { saved: String, asked: String },
+    #[error("the saved configuration of model {name} cannot be read: {reason}")]
+    Config { name: String, reason: String },
+    #[error("{0}")]
+    Dataset(String),
+}
+
+/// Something done with a model chosen by name: [`with_model`] calls `run` with its
+/// configuration type.
+pub trait WithModel {
+    type Output;
+    fn run<C: ModelConfig>(self, config: C) -> Self::Output;
+}
+
+/// One built-in model, as `trainer-cli models` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub parameters: u64,
+    pub input: PatchShape,
+}
+
+fn info<C: ModelConfig>() -> ModelInfo {
+    let config = C::default();
+    ModelInfo {
+        name: C::NAME,
+        summary: C::SUMMARY,
+        parameters: config.parameter_count(),
+        input: config.input(),
+    }
+}
+
+/// The built-in models, the default first.
+pub fn built_in() -> Vec<ModelInfo> {
+    vec![
+        info::<super::VqAutoencoderConfig>(),
+        info::<super::DcaseAeConfig>(),
+        info::<super::IdClassifierConfig>(),
+    ]
+}
+
+/// Runs `action` with the built-in model `spec` names, its saved configuration read.
+pub fn with_model<W: WithModel>(spec: &ModelSpec, action: W) -> Result<W::Output, ModelError> {
+    use super::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
+    match spec.name.as_str() {
+        VqAutoencoderConfig::NAME => Ok(action.run(spec.config::<VqAutoencoderConfig>()?)),
+        DcaseAeConfig::NAME => Ok(action.run(spec.config::<DcaseAeConfig>()?)),
+        IdClassifierConfig::NAME => Ok(action.run(spec.config::<IdClassifierConfig>()?)),
+        other => Err(unknown(other)),
+    }
+}
+
+/// Runs `action` with the default configuration of the built-in model `name`.
+pub fn with_default<W: WithModel>(name: &str, action: W) -> Result<W::Output, ModelError> {
+    use super::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
+    match name {
+        VqAutoencoderConfig::NAME => Ok(action.run(VqAutoencoderConfig::default())),
+        DcaseAeConfig::NAME => Ok(action.run(DcaseAeConfig::default())),
+        IdClassifierConfig::NAME => Ok(action.run(IdClassifierConfig::default())),
+        other => Err(unknown(other)),
+    }
+}
+
+/// The default configuration of the built-in model `name`, as a run saves it.
+pub fn default_spec(name: &str) -> Result<ModelSpec, ModelError> {
+    struct Spec;
+    impl WithModel for Spec {
+        type Output = ModelSpec;
+        fn run<C: ModelConfig>(self, config: C) -> ModelSpec {
+            ModelSpec::of(&config)
+        }
+    }
+    with_default(name, Spec)
+}
+
+fn unknown(name: &str) -> ModelError {
+    let known: Vec<&str> = built_in().iter().map(|m| m.name).collect();
+    ModelError::Unknown {
+        name: name.to_string(),
+        known: known.join(", "),
+    }
+}

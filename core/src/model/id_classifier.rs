@@ -1,0 +1,367 @@
+//! `id-classifier`: a small MobileNetV2-style CNN that tells the machine ID from a 64 x 64
+//! log-mel patch, trained with cross-entropy; a clip's anomaly score is the mean over its
+//! patches of log((1 - p) / p), p the probability of the clip's own ID (the DCASE 2021
+//! Task 2 baseline's second method). A sound the network cannot place as its own machine's
+//! is anomalous.
+//!
+//! Layers (MobileNetV2's, narrowed for 64 x 64 inputs): a 3 x 3 stride-2 stem to 16
+//! channels, inverted residual blocks (1 x 1 expansion, 3 x 3 depthwise, 1 x 1 projection,
+//! each with batch normalisation, ReLU6 after the first two, a residual where the shape
+//! stays) of (expansion, channels, stride) (1, 16, 1), (4, 24, 2), (4, 24, 1), (4, 32, 2),
+//! (4, 32, 1), (4, 64, 2), a 1 x 1 convolution to 128 channels, global average pooling and a
+//! linear layer to one logit per machine.
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
+use burn::tensor::activation::{log_softmax, relu6};
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    AnalyticStep, Machine, ModelConfig, ModelError, PatchShape, Patches, SpectrogramModel, StepLoss,
+};
+use crate::backend::BackendKind;
+use crate::precision::Precision;
+
+/// The inverted residual blocks: (expansion, output channels, stride).
+const BLOCKS: [(usize, usize, usize); 6] = [
+    (1, 16, 1),
+    (4, 24, 2),
+    (4, 24, 1),
+    (4, 32, 2),
+    (4, 32, 1),
+    (4, 64, 2),
+];
+const STEM: usize = 16;
+const HEAD: usize = 128;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdClassifierConfig {
+    /// The machines it tells apart (set from the dataset's train split).
+    pub machines: Vec<Machine>,
+}
+
+impl Default for IdClassifierConfig {
+    /// Four IDs of one machine type, as the built-in dataset has; a run sets the dataset's.
+    fn default() -> Self {
+        Self {
+            machines: (0..4)
+                .map(|id| Machine {
+                    machine_type: "synthetic".into(),
+                    machine_id: id,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A convolution with batch normalisation, and ReLU6 where the block has one.
+#[derive(Module, Debug)]
+pub struct ConvNorm {
+    conv: Conv2d,
+    norm: BatchNorm,
+    relu: bool,
+}
+
+impl ConvNorm {
+    fn new(
+        [inputs, outputs]: [usize; 2],
+        kernel: usize,
+        stride: usize,
+        groups: usize,
+        relu: bool,
+        device: &Device,
+    ) -> Self {
+        let pad = kernel / 2;
+        Self {
+            conv: Conv2dConfig::new([inputs, outputs], [kernel, kernel])
+                .with_stride([stride, stride])
+                .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+                .with_groups(groups)
+                .with_bias(false)
+                .init(device),
+            norm: BatchNormConfig::new(outputs).init(device),
+            relu,
+        }
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let y = self.norm.forward(self.conv.forward(x));
+        if self.relu { relu6(y) } else { y }
+    }
+
+    fn parameters([inputs, outputs]: [usize; 2], kernel: usize, groups: usize) -> u64 {
+        (inputs / groups * outputs * kernel * kernel + 2 * outputs) as u64
+    }
+}
+
+/// MobileNetV2's inverted residual block.
+#[derive(Module, Debug)]
+pub struct InvertedResidual {
+    expand: Option<ConvNorm>,
+    depthwise: ConvNorm,
+    project: ConvNorm,
+    residual: bool,
+}
+
+impl InvertedResidual {
+    fn new(
+        inputs: usize,
+        (expansion, outputs, stride): (usize, usize, usize),
+        device: &Device,
+    ) -> Self {
+        let hidden = inputs * expansion;
+        Self {
+            expand: (expansion != 1)
+                .then(|| ConvNorm::new([inputs, hidden], 1, 1, 1, true, device)),
+            depthwise: ConvNorm::new([hidden, hidden], 3, stride, hidden, true, device),
+            project: ConvNorm::new([hidden, outputs], 1, 1, 1, false, device),
+            residual: stride == 1 && inputs == outputs,
+        }
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let h = match &self.expand {
+            Some(expand) => expand.forward(x.clone()),
+            None => x.clone(),
+        };
+        let y = self.project.forward(self.depthwise.forward(h));
+        if self.residual { y + x } else { y }
+    }
+
+    fn parameters(inputs: usize, (expansion, outputs, _): (usize, usize, usize)) -> u64 {
+        let hidden = inputs * expansion;
+        let expand = if expansion != 1 {
+            ConvNorm::parameters([inputs, hidden], 1, 1)
+        } else {
+            0
+        };
+        expand
+            + ConvNorm::parameters([hidden, hidden], 3, hidden)
+            + ConvNorm::parameters([hidden, outputs], 1, 1)
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct IdClassifier {
+    stem: ConvNorm,
+    blocks: Vec<InvertedResidual>,
+    head: ConvNorm,
+    classify: Linear,
+}
+
+impl IdClassifier {
+    /// One logit per machine, `[n, machines]`.
+    fn logits(&self, x: Tensor<4>) -> Tensor<2> {
+        let mut h = self.stem.forward(x);
+        for block in &self.blocks {
+            h = block.forward(h);
+        }
+        let h = self.head.forward(h);
+        let [n, c, _, _] = h.dims();
+        let pooled = h.mean_dim(3).mean_dim(2).reshape([n, c]);
+        self.classify.forward(pooled)
+    }
+
+    /// The log-probability of each patch's own machine, `[n]`.
+    fn own_log_probability(&self, batch: Patches) -> Tensor<1> {
+        let n = batch.len();
+        let log_p = log_softmax(self.logits(batch.values), 1);
+        log_p.gather(1, batch.classes.reshape([n, 1])).reshape([n])
+    }
+}
+
+impl SpectrogramModel for IdClassifier {
+    type Config = IdClassifierConfig;
+
+    /// Cross-entropy of the machine IDs.
+    fn loss(&self, batch: Patches, _precision: Precision, _warming_up: bool) -> StepLoss {
+        let loss = self.own_log_probability(batch).mean().neg();
+        StepLoss {
+            total: loss.clone(),
+            reported: loss,
+        }
+    }
+
+    /// log((1 - p) / p) of the patch's own machine, p kept below 1 so that a certain
+    /// prediction scores finitely.
+    fn patch_scores(&self, batch: Patches) -> Tensor<1> {
+        let log_p = self.own_log_probability(batch);
+        let p = log_p.clone().exp().clamp_max(1.0 - 1e-6);
+        p.neg().add_scalar(1.0).log() - log_p
+    }
+}
+
+impl ModelConfig for IdClassifierConfig {
+    type Model = IdClassifier;
+    const NAME: &'static str = "id-classifier";
+    const SUMMARY: &'static str =
+        "a MobileNetV2-style CNN that tells the machine ID; anomalous is what it cannot place";
+
+    fn init(&self, device: &Device) -> IdClassifier {
+        let mut inputs = STEM;
+        let blocks = BLOCKS
+            .iter()
+            .map(|&block| {
+                let b = InvertedResidual::new(inputs, block, device);
+                inputs = block.1;
+                b
+            })
+            .collect();
+        IdClassifier {
+            stem: ConvNorm::new([1, STEM], 3, 2, 1, true, device),
+            blocks,
+            head: ConvNorm::new([inputs, HEAD], 1, 1, 1, true, device),
+            classify: LinearConfig::new(HEAD, self.machines.len().max(1)).init(device),
+        }
+    }
+
+    fn input(&self) -> PatchShape {
+        PatchShape::SQUARE_64
+    }
+
+    fn parameter_count(&self) -> u64 {
+        let mut inputs = STEM;
+        let mut total = ConvNorm::parameters([1, STEM], 3, 1);
+        for block in BLOCKS {
+            total += InvertedResidual::parameters(inputs, block);
+            inputs = block.1;
+        }
+        let classes = self.machines.len().max(1);
+        total + ConvNorm::parameters([inputs, HEAD], 1, 1) + (HEAD * classes + classes) as u64
+    }
+
+    fn analytic_step(&self, _: BackendKind, _: Precision, patches: usize) -> AnalyticStep {
+        // Per patch, each layer's convolution output, its normalised copy and (where there
+        // is one) the ReLU6 output, at the layer's resolution.
+        let mut side = 32u64;
+        let mut floats = 3 * STEM as u64 * side * side;
+        let mut inputs = STEM as u64;
+        for (expansion, outputs, stride) in BLOCKS {
+            let hidden = inputs * expansion as u64;
+            if expansion != 1 {
+                floats += 3 * hidden * side * side;
+            }
+            side /= stride as u64;
+            floats += 3 * hidden * side * side + 2 * outputs as u64 * side * side;
+            inputs = outputs as u64;
+        }
+        floats += 3 * HEAD as u64 * side * side;
+        AnalyticStep {
+            parameters: 4 * self.parameter_count(),
+            activations: 4 * patches as u64 * floats,
+            data: 4 * patches as u64 * 64 * 64,
+        }
+    }
+
+    /// Learns the train split's machines, and refuses a dataset where some machine type has
+    /// a single ID: there would be nothing to tell apart, and every score would be the same.
+    fn for_machines(mut self, machines: &[Machine]) -> Result<Self, ModelError> {
+        let mut per_type: std::collections::BTreeMap<&str, usize> = Default::default();
+        for m in machines {
+            *per_type.entry(m.machine_type.as_str()).or_default() += 1;
+        }
+        let alone: Vec<&str> = per_type
+            .iter()
+            .filter(|(_, ids)| **ids < 2)
+            .map(|(t, _)| *t)
+            .collect();
+        if machines.is_empty() || !alone.is_empty() {
+            return Err(ModelError::Dataset(format!(
+                "id-classifier learns to tell a machine type's IDs apart, and {} has only one \
+                 ID in the train split; use a dataset with at least two IDs per machine type \
+                 (--machine-ids 2 or more for the built-in one), or another --model",
+                if alone.is_empty() {
+                    "the dataset".to_string()
+                } else {
+                    alone.join(", ")
+                }
+            )));
+        }
+        self.machines = machines.to_vec();
+        Ok(self)
+    }
+
+    fn classes(&self) -> usize {
+        self.machines.len().max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, TensorData};
+
+    #[test]
+    fn the_analytic_count_matches_the_built_model() {
+        let device = BackendKind::Flex.device().unwrap();
+        let config = IdClassifierConfig::default();
+        // burn also counts BatchNorm's running means and variances: two per channel of
+        // each normalised layer (stem 16, blocks 32 + 152 + 216 + 224 + 288 + 320, head 128).
+        let running = 2 * (16 + 32 + 152 + 216 + 224 + 288 + 320 + 128);
+        assert_eq!(
+            config.init(&device).num_params() as u64,
+            config.parameter_count() + running
+        );
+    }
+
+    #[test]
+    fn a_dataset_with_one_id_per_machine_type_is_refused_with_the_reason() {
+        let machine = |t: &str, id| Machine {
+            machine_type: t.into(),
+            machine_id: id,
+        };
+        let error = IdClassifierConfig::default()
+            .for_machines(&[machine("fan", 0), machine("pump", 0), machine("pump", 2)])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("fan has only one ID"), "{error}");
+        let two = [machine("fan", 0), machine("fan", 4)];
+        assert_eq!(
+            IdClassifierConfig::default()
+                .for_machines(&two)
+                .unwrap()
+                .classes(),
+            2
+        );
+    }
+
+    /// The score is log((1 - p) / p) of the own class: high where the network places the
+    /// patch elsewhere.
+    #[test]
+    fn a_patch_placed_as_another_machine_scores_higher() {
+        let device = BackendKind::Flex.device().unwrap();
+        let model = IdClassifierConfig::default().init(&device);
+        let values = Tensor::<4>::random([2, 1, 64, 64], Distribution::Normal(0.0, 1.0), &device);
+        let logits = model.logits(values.clone());
+        let best: Vec<i64> = logits
+            .clone()
+            .argmax(1)
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
+        let worst: Vec<i64> = logits
+            .argmin(1)
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
+        let scores = |classes: Vec<i64>| -> Vec<f32> {
+            let batch = Patches {
+                values: values.clone(),
+                classes: Tensor::from_data(TensorData::new(classes, [2]), &device),
+            };
+            model
+                .patch_scores(batch)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        let (placed, misplaced) = (scores(best), scores(worst));
+        for i in 0..2 {
+            assert!(misplaced[i] > placed[i], "{misplaced:?} against {placed:?}");
+        }
+    }
+}

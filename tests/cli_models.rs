@@ -1,0 +1,168 @@
+//! Models by name: `trainer-cli models` lists them, `train --model` trains each on the
+//! built-in dataset and scores it, a checkpoint of one model is refused as another, and an
+//! unknown name lists the known ones.
+
+mod common;
+
+use common::{events, run_json, trainer_cli};
+
+fn stderr_of(args: &[&str]) -> String {
+    let output = trainer_cli()
+        .args(args)
+        .output()
+        .expect("trainer-cli starts");
+    assert!(!output.status.success(), "{args:?} should fail");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_models_are_listed_with_parameters_and_inputs() {
+    let output = trainer_cli()
+        .args(["models", "--json"])
+        .output()
+        .expect("trainer-cli starts");
+    assert!(output.status.success());
+    let models: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let find = |name: &str| {
+        models
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing from {models}"))
+            .clone()
+    };
+    assert_eq!(find("vq-patch-ae")["parameters"], 392_193);
+    let dcase = find("dcase-ae");
+    assert_eq!(dcase["parameters"], 267_928);
+    assert_eq!(dcase["input"]["mels"], 128);
+    assert_eq!(dcase["input"]["frames"], 5);
+    assert!(find("id-classifier")["parameters"].as_u64().unwrap() > 10_000);
+}
+
+/// The ID classifier learns the built-in dataset's machine IDs and scores clips by how
+/// little it places them as their own machine; with one ID there is nothing to learn.
+#[test]
+fn id_classifier_trains_and_refuses_a_single_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--backend",
+        "flex",
+        "--model",
+        "id-classifier",
+        "--machine-ids",
+        "3",
+        "--train-clips-per-id",
+        "8",
+        "--batch-size",
+        "6",
+        "--no-plan",
+        "--steps",
+        "12",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let losses: Vec<f64> = events(&all, "step")
+        .iter()
+        .map(|s| s["loss"].as_f64().unwrap())
+        .collect();
+    // Cross-entropy starts near log(3) for three machines and falls as it learns them.
+    assert!((0.5..2.5).contains(&losses[0]), "{losses:?}");
+    assert!(losses[losses.len() - 1] < losses[0], "{losses:?}");
+    assert_eq!(events(&all, "evaluation").len(), 1);
+
+    let err = stderr_of(&[
+        "train",
+        "--model",
+        "id-classifier",
+        "--machine-ids",
+        "1",
+        "--steps",
+        "1",
+        "--no-plan",
+        "--out",
+        dir.path().join("one").to_str().unwrap(),
+    ]);
+    assert!(err.contains("only one ID"), "{err}");
+}
+
+#[test]
+fn an_unknown_model_lists_the_known_ones() {
+    let err = stderr_of(&["train", "--model", "resnet", "--steps", "1"]);
+    assert!(
+        err.contains("resnet") && err.contains("vq-patch-ae") && err.contains("dcase-ae"),
+        "{err}"
+    );
+}
+
+/// The DCASE baseline trains on the built-in dataset's 128-mel features, its loss falls, its
+/// test split is scored, and its checkpoint is not taken for the default model.
+#[test]
+fn dcase_ae_trains_scores_and_keeps_its_checkpoint_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let out = out.to_str().unwrap();
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--backend",
+        "flex",
+        "--model",
+        "dcase-ae",
+        "--machine-ids",
+        "2",
+        "--train-clips-per-id",
+        "12",
+        "--n-patches",
+        "32",
+        "--batch-size",
+        "8",
+        "--no-plan",
+        "--steps",
+        "30",
+        "--out",
+        out,
+    ]);
+    let config = events(&all, "config");
+    assert_eq!(config[0]["parameters"], 267_928);
+    let losses: Vec<f64> = events(&all, "step")
+        .iter()
+        .map(|s| s["loss"].as_f64().unwrap())
+        .collect();
+    let (first, last) = (
+        losses[..5].iter().sum::<f64>(),
+        losses[losses.len() - 5..].iter().sum::<f64>(),
+    );
+    assert!(last < first, "the loss should fall: {losses:?}");
+    let evaluation = events(&all, "evaluation");
+    let auc = evaluation[0]["auc"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&auc), "{auc}");
+
+    let scored = dir.path().join("scored");
+    let err = stderr_of(&[
+        "eval",
+        "--checkpoint",
+        out,
+        "--model",
+        "vq-patch-ae",
+        "--out",
+        scored.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("dcase-ae") && err.contains("vq-patch-ae"),
+        "{err}"
+    );
+    let err = stderr_of(&[
+        "train",
+        "--resume",
+        out,
+        "--model",
+        "vq-patch-ae",
+        "--steps",
+        "31",
+    ]);
+    assert!(err.contains("--model vq-patch-ae"), "{err}");
+}
