@@ -9,15 +9,11 @@ A patch is one 1x64x64 log-mel tile with its machine's class. One optimizer step
 batch*patches*accum patches. The step is Headroom's: cross-entropy, global-norm clipping at
 1.0, AdamW (lr 1e-3, weight decay 0.01). Needs torch.
 """
-import argparse
-import json
-import resource
-import statistics
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import timing
 
 BLOCKS = [(1, 16, 1), (4, 24, 2), (4, 24, 1), (4, 32, 2), (4, 32, 1), (4, 64, 2)]
 STEM, HEAD = 16, 128
@@ -61,49 +57,14 @@ class IdClassifier(nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=16, help="spectrograms per micro-batch")
-    ap.add_argument("--patches", type=int, default=4, help="patches per spectrogram")
-    ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    ap.add_argument("--classes", type=int, default=4, help="machines told apart")
-    ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-
+    a = timing.arguments(batch=16, patches=4, extra=[("--classes", 4, "machines told apart")])
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = IdClassifier(a.classes)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    n = a.batch * a.patches
-    times = []
-    for step in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        for _ in range(a.accum):
-            x = torch.randn(n, 1, 64, 64)
-            y = torch.arange(n) % a.classes
-            loss = F.cross_entropy(model(x), y) / a.accum
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    print(json.dumps({
-        "framework": "pytorch",
-        "model": "id-classifier",
-        "torch": torch.__version__,
-        "threads": a.threads,
-        "batch": a.batch,
-        "patches": a.patches,
-        "accum": a.accum,
-        "params": sum(p.numel() for p in model.parameters()),
-        "step_ms_median": round(med * 1e3, 2),
-        "patches_per_s": round(n * a.accum / med, 2),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }))
+
+    def loss_of(model, n):
+        return F.cross_entropy(model(torch.randn(n, 1, 64, 64)), torch.arange(n) % a.classes)
+
+    timing.run("id-classifier", IdClassifier(a.classes), loss_of, a)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""The timed training step the PyTorch references share with `trainer-cli bench`: AdamW
+(lr 1e-3, weight decay 0.01), global-norm clipping at 1.0, accumulation, warm-up steps, the
+median step time, one JSON line."""
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+
+
+def arguments(batch, patches, extra=()):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=batch, help="spectrograms per micro-batch")
+    ap.add_argument("--patches", type=int, default=patches, help="patches per spectrogram")
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    for name, default, text in extra:
+        ap.add_argument(name, type=int, default=default, help=text)
+    return ap.parse_args()
+
+
+def run(name, model, loss_of, a):
+    """Times `a.steps` optimizer steps of `model`; `loss_of(model, n)` is the loss of a
+    micro-batch of `n` random patches."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    n = a.batch * a.patches
+    times = []
+    for step in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for _ in range(a.accum):
+            (loss_of(model, n) / a.accum).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    print(json.dumps({
+        "framework": "pytorch",
+        "model": name,
+        "torch": torch.__version__,
+        "threads": a.threads,
+        "batch": a.batch,
+        "patches": a.patches,
+        "accum": a.accum,
+        "params": sum(p.numel() for p in model.parameters()),
+        "step_ms_median": round(med * 1e3, 2),
+        "patches_per_s": round(n * a.accum / med, 2),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }))
