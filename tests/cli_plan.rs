@@ -42,6 +42,51 @@ fn a_plan_fits_its_budget_keeps_the_effective_batch_and_was_dry_run() {
     );
 }
 
+/// `plan` previews what `train` with the same flags will plan: the same dataset opened, the
+/// same calibration and dry-runs, so the same split and the same predicted peak (within the
+/// step-to-step noise of separate processes' allocations).
+#[test]
+fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
+    let flags = [
+        "--memory-budget",
+        "160MiB",
+        "--effective-batch",
+        "128",
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "12",
+    ];
+    let mut plan_args = vec!["plan", "--backend", "flex", "--json"];
+    plan_args.extend(flags);
+    let previewed = run_json_document(&plan_args)["plan"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = vec!["--steps", "1"];
+    extra.extend(&flags[..4]);
+    let all = flex_train(dir.path(), 12, &extra);
+    let planned = (*events(&all, "plan").last().expect("the run was planned")).clone();
+    for key in [
+        "micro_batch",
+        "n_patches",
+        "accumulation",
+        "precision",
+        "checkpointing",
+    ] {
+        assert_eq!(
+            previewed[key], planned[key],
+            "{key}: {previewed} against {planned}"
+        );
+    }
+    let (a, b) = (
+        previewed["predicted_peak_bytes"].as_f64().unwrap(),
+        planned["predicted_peak_bytes"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() <= 0.01 * b,
+        "plan predicts {a} bytes, train {b}"
+    );
+}
+
 #[test]
 fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let doc = run_json_document(&[
