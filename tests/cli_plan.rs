@@ -140,9 +140,13 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         })
         .collect();
     assert!(patches.windows(2).all(|w| w[0] <= w[1]), "{patches:?}");
+    // Once (in parallel with the other tests of this file) the 8 GiB row held all 4096: the
+    // calibrations say why, if it happens again.
     assert!(
         patches[0] < 4096,
-        "8 GiB should not hold 4096 patches at once"
+        "8 GiB should not hold 4096 patches at once: {patches:?}; GPU rows from {}: {}",
+        doc["gpu_memory"],
+        doc["gpu_calibration"]
     );
 }
 
