@@ -315,11 +315,14 @@ impl HeadroomApp {
         self.calibrate_selected();
     }
 
-    /// Calibrates the chosen device for the chosen model, unless that is done or under way.
+    /// Calibrates the chosen device for the chosen model, unless that is done, failed, or
+    /// another calibration is under way.
     pub(super) fn calibrate_selected(&mut self) {
         let Some(target) = self.target() else { return };
         let wanted = (target, self.model.clone());
-        if self.calibrating.as_ref() == Some(&wanted)
+        // One calibration at a time: two would measure each other's allocations. The one
+        // under way calls this again when it ends, for a choice made meanwhile.
+        if self.calibrating.is_some()
             || self.calibration_failed.as_ref() == Some(&wanted)
             || self
                 .calibration
