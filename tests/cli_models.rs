@@ -4,15 +4,14 @@
 
 mod common;
 
-use common::{events, run_json, trainer_cli};
+use common::{events, run_failing, run_json, trainer_cli};
 
-fn stderr_of(args: &[&str]) -> String {
-    let output = trainer_cli()
-        .args(args)
-        .output()
-        .expect("trainer-cli starts");
-    assert!(!output.status.success(), "{args:?} should fail");
-    String::from_utf8_lossy(&output.stderr).into_owned()
+/// The loss of each step the run reported.
+fn step_losses(all: &[serde_json::Value]) -> Vec<f64> {
+    events(all, "step")
+        .iter()
+        .map(|s| s["loss"].as_f64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -65,16 +64,13 @@ fn id_classifier_trains_and_refuses_a_single_id() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let losses: Vec<f64> = events(&all, "step")
-        .iter()
-        .map(|s| s["loss"].as_f64().unwrap())
-        .collect();
+    let losses = step_losses(&all);
     // Cross-entropy starts near log(3) for three machines and falls as it learns them.
     assert!((0.5..2.5).contains(&losses[0]), "{losses:?}");
     assert!(losses[losses.len() - 1] < losses[0], "{losses:?}");
     assert_eq!(events(&all, "evaluation").len(), 1);
 
-    let err = stderr_of(&[
+    let err = run_failing(&[
         "train",
         "--model",
         "id-classifier",
@@ -91,7 +87,7 @@ fn id_classifier_trains_and_refuses_a_single_id() {
 
 #[test]
 fn an_unknown_model_lists_the_known_ones() {
-    let err = stderr_of(&["train", "--model", "resnet", "--steps", "1"]);
+    let err = run_failing(&["train", "--model", "resnet", "--steps", "1"]);
     assert!(
         err.contains("resnet") && err.contains("vq-patch-ae") && err.contains("dcase-ae"),
         "{err}"
@@ -128,10 +124,7 @@ fn dcase_ae_trains_scores_and_keeps_its_checkpoint_apart() {
     ]);
     let config = events(&all, "config");
     assert_eq!(config[0]["parameters"], 267_928);
-    let losses: Vec<f64> = events(&all, "step")
-        .iter()
-        .map(|s| s["loss"].as_f64().unwrap())
-        .collect();
+    let losses = step_losses(&all);
     let (first, last) = (
         losses[..5].iter().sum::<f64>(),
         losses[losses.len() - 5..].iter().sum::<f64>(),
@@ -142,7 +135,7 @@ fn dcase_ae_trains_scores_and_keeps_its_checkpoint_apart() {
     assert!((0.0..=1.0).contains(&auc), "{auc}");
 
     let scored = dir.path().join("scored");
-    let err = stderr_of(&[
+    let err = run_failing(&[
         "eval",
         "--checkpoint",
         out,
@@ -155,7 +148,7 @@ fn dcase_ae_trains_scores_and_keeps_its_checkpoint_apart() {
         err.contains("dcase-ae") && err.contains("vq-patch-ae"),
         "{err}"
     );
-    let err = stderr_of(&[
+    let err = run_failing(&[
         "train",
         "--resume",
         out,

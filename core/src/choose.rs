@@ -4,6 +4,7 @@
 use crate::backend::{BackendKind, Target};
 use crate::model::VqAutoencoderConfig;
 use crate::model::vq_patch_ae::StepForms;
+use crate::plan::memory;
 use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
 
 /// Free memory a GPU must have for auto to consider it: twice the analytic size of the
@@ -12,8 +13,8 @@ use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
 /// measured smallest steps: on wgpu 6.2 MiB in use, 20.9 MiB reserved by the pool (its
 /// first pages); on flex under 20 MiB. The dry-run on the device has the last word.
 pub fn minimum_free_bytes(model: &VqAutoencoderConfig) -> u64 {
-    let step = model.analytic_with(StepForms::Plain, 1);
-    2 * (4 * step.parameters + step.activations + step.data)
+    let b = memory::breakdown(model.analytic_with(StepForms::Plain, 1), 0, 0, 0);
+    2 * (b.parameters + b.gradients + b.optimizer + b.activations + b.data)
 }
 
 #[derive(Debug, Clone, PartialEq)]

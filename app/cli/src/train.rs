@@ -105,7 +105,8 @@ fn config_from(args: &TrainArgs, target: Target) -> Result<TrainConfig> {
 /// Trains the built-in model `name`: its features' mel bands, unless --n-mels asked for
 /// others, which the model then cannot read.
 fn set_model(config: &mut TrainConfig, name: &str, n_mels: Option<usize>) -> Result<()> {
-    let mels = headroom_core::model::default_spec(name)?.input()?.mels;
+    config.set_built_in_model(name)?;
+    let mels = config.dataset.mels();
     if let Some(asked) = n_mels {
         anyhow::ensure!(
             asked == mels,
@@ -113,7 +114,6 @@ fn set_model(config: &mut TrainConfig, name: &str, n_mels: Option<usize>) -> Res
              leave --n-mels out"
         );
     }
-    config.set_built_in_model(name)?;
     Ok(())
 }
 

@@ -196,20 +196,6 @@ impl ModelSpec {
     }
 }
 
-impl ModelSpec {
-    /// The patch of the built-in model this names.
-    pub fn input(&self) -> Result<PatchShape, ModelError> {
-        struct Input;
-        impl WithModel for Input {
-            type Output = PatchShape;
-            fn run<C: ModelConfig>(self, config: C) -> PatchShape {
-                config.input()
-            }
-        }
-        with_model(self, Input)
-    }
-}
-
 impl Default for ModelSpec {
     fn default() -> Self {
         Self::of(&super::VqAutoencoderConfig::default())
@@ -285,13 +271,15 @@ pub fn built_in() -> Vec<ModelInfo> {
 
 /// Runs `action` with the built-in model `spec` names, its saved configuration read.
 pub fn with_model<W: WithModel>(spec: &ModelSpec, action: W) -> Result<W::Output, ModelError> {
-    use super::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
-    match spec.name.as_str() {
-        VqAutoencoderConfig::NAME => Ok(action.run(spec.config::<VqAutoencoderConfig>()?)),
-        DcaseAeConfig::NAME => Ok(action.run(spec.config::<DcaseAeConfig>()?)),
-        IdClassifierConfig::NAME => Ok(action.run(spec.config::<IdClassifierConfig>()?)),
-        other => Err(unknown(other)),
+    /// The configuration type `with_default` picks by name, read from the spec instead.
+    struct Saved<'a, W>(&'a ModelSpec, W);
+    impl<W: WithModel> WithModel for Saved<'_, W> {
+        type Output = Result<W::Output, ModelError>;
+        fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+            Ok(self.1.run(self.0.config::<C>()?))
+        }
     }
+    with_default(&spec.name, Saved(spec, action))?
 }
 
 /// Runs `action` with the default configuration of the built-in model `name`.

@@ -1029,8 +1029,9 @@ fn score_test_split<M: SpectrogramModel>(
     Ok(Evaluation { report, scores })
 }
 
-/// What front-ends drive: a run, whichever model it trains.
-trait Run {
+/// What front-ends drive: a run, whichever model it trains (through [`Trainer`]). Each
+/// method is [`ModelTrainer`]'s of the same name.
+pub trait Run {
     fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError>;
     fn evaluate(&self) -> Result<Evaluation, TrainError>;
     fn validation_loss(&self) -> Result<f64, TrainError>;
@@ -1040,6 +1041,7 @@ trait Run {
     fn step(&self) -> u64;
     fn total_steps(&self) -> u64;
     fn run_info(&self) -> RunInfo;
+    /// Every parameter value in visiting order: for comparing runs.
     fn parameters(&self) -> Vec<f32>;
 }
 
@@ -1078,6 +1080,7 @@ impl<M: SpectrogramModel> Run for ModelTrainer<M> {
 
 /// A run of the built-in model its configuration names (`TrainConfig::model`): what the
 /// CLI and the GUI hold. A network of one's own trains through [`ModelTrainer`].
+/// Its methods are [`Run`]'s, reached through `Deref`.
 pub struct Trainer(Box<dyn Run>);
 
 impl Trainer {
@@ -1112,50 +1115,17 @@ impl Trainer {
         let spec = checkpoint::read_state(path)?.config.model;
         with_model(&spec, Resume(path, changes, options))?
     }
+}
 
-    pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
-        self.0.run(sink)
+impl std::ops::Deref for Trainer {
+    type Target = dyn Run;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
+}
 
-    /// Scores the test split (per-clip mean patch score) and its AUC and pAUC per machine
-    /// type and ID.
-    pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
-        self.0.evaluate()
-    }
-
-    /// Mean loss over the held-out clips, evaluated without autodiff.
-    pub fn validation_loss(&self) -> Result<f64, TrainError> {
-        self.0.validation_loss()
-    }
-
-    /// See [`ModelTrainer::set_micro_batch`].
-    pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
-        self.0.set_micro_batch(micro_batch)
-    }
-
-    pub fn config(&self) -> &TrainConfig {
-        self.0.config()
-    }
-
-    /// The plan the run trains with, when it was planned.
-    pub fn plan(&self) -> Option<&Plan> {
-        self.0.plan()
-    }
-
-    pub fn step(&self) -> u64 {
-        self.0.step()
-    }
-
-    pub fn total_steps(&self) -> u64 {
-        self.0.total_steps()
-    }
-
-    pub fn run_info(&self) -> RunInfo {
-        self.0.run_info()
-    }
-
-    /// Every parameter value in visiting order: for comparing runs.
-    pub fn parameters(&self) -> Vec<f32> {
-        self.0.parameters()
+impl std::ops::DerefMut for Trainer {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
     }
 }
