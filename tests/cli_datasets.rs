@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{assert_success, events, run_failing, run_json, trainer_cli};
+use common::{assert_score_files, assert_success, events, run_failing, run_json, trainer_cli};
 use headroom_datasets::Spectrogram;
 use headroom_datasets::audio::{Audio, write_wav};
 use headroom_datasets::npy::write_npy;
@@ -107,30 +106,7 @@ fn synth_then_train_then_eval_scores_the_synthetic_anomalies() {
     );
     assert!(csv.contains("\nall,mean,"), "{csv}");
 
-    for (id, machine) in ["00", "01"]
-        .iter()
-        .zip(report["per_machine"].as_array().unwrap())
-    {
-        let file = scores.join(format!("anomaly_score_fan_id_{id}.csv"));
-        let text = std::fs::read_to_string(&file).unwrap();
-        let mut by_label: BTreeMap<bool, Vec<f64>> = BTreeMap::new();
-        for line in text.lines() {
-            let (name, score) = line.split_once(',').unwrap();
-            assert!(
-                name.ends_with(".wav") && name.contains(&format!("_id_{id}_")),
-                "{line}"
-            );
-            by_label
-                .entry(name.starts_with("anomaly"))
-                .or_default()
-                .push(score.parse().unwrap());
-        }
-        assert_eq!(by_label[&false].len(), 6);
-        assert_eq!(by_label[&true].len(), 6);
-        let recomputed =
-            headroom_core::metrics::roc_auc(&by_label[&false], &by_label[&true]).unwrap();
-        assert_eq!(recomputed, machine["auc"].as_f64().unwrap(), "fan id {id}");
-    }
+    assert_score_files(&scores, "fan", &report, 6);
 
     // `features` writes what the frontend computes for that file.
     let npy = dir.path().join("one.npy");

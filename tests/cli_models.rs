@@ -1,10 +1,13 @@
 //! Models by name: `trainer-cli models` lists them, `train --model` trains each on the
-//! built-in dataset and scores it, a checkpoint of one model is refused as another, and an
+//! built-in dataset and on a `synth` folder and scores it, a checkpoint of one model is refused as another, and an
 //! unknown name lists the known ones.
 
 mod common;
 
-use common::{events, run_failing, run_json, trainer_cli};
+use common::{
+    assert_score_files, assert_success, events, run_failing, run_json, run_json_document,
+    trainer_cli,
+};
 
 /// The loss of each step the run reported.
 fn step_losses(all: &[serde_json::Value]) -> Vec<f64> {
@@ -34,6 +37,11 @@ fn the_models_are_listed_with_parameters_and_inputs() {
     assert_eq!(find("vq-patch-ae")["parameters"], 392_193);
     let dcase = find("dcase-ae");
     assert_eq!(dcase["parameters"], 267_928);
+    // The baseline's batch of 512 frame stacks, 32 from each clip.
+    assert_eq!(
+        dcase["default_batch"],
+        serde_json::json!({"spectrograms": 16, "patches": 32})
+    );
     assert_eq!(dcase["input"]["mels"], 128);
     assert_eq!(dcase["input"]["frames"], 5);
     assert!(find("id-classifier")["parameters"].as_u64().unwrap() > 10_000);
@@ -158,4 +166,71 @@ fn dcase_ae_trains_scores_and_keeps_its_checkpoint_apart() {
         "31",
     ]);
     assert!(err.contains("--model vq-patch-ae"), "{err}");
+}
+
+/// Both baselines train on a DCASE folder that `synth` wrote (features computed from the
+/// WAV files at each model's own mel count), and `eval` of each checkpoint writes the
+/// challenge's score files for every test clip, with the reported AUCs.
+#[test]
+fn each_baseline_trains_on_a_synth_folder_and_eval_writes_the_challenge_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let synth = [
+        "synth",
+        "--out",
+        data,
+        "--machine-type",
+        "pump",
+        "--machine-ids",
+        "2",
+        "--train-clips-per-id",
+        "10",
+        "--test-clips-per-id",
+        "4",
+    ];
+    assert_success(&trainer_cli().args(synth).output().unwrap(), &synth);
+    for (model, split) in [
+        ("dcase-ae", ["--n-patches", "32", "--batch-size", "8"]),
+        ("id-classifier", ["--n-patches", "2", "--batch-size", "6"]),
+    ] {
+        let run = dir.path().join(model);
+        let run = run.to_str().unwrap();
+        let mut args = vec![
+            "train",
+            "--json",
+            "--backend",
+            "flex",
+            "--model",
+            model,
+            "--data-root",
+            data,
+            "--no-plan",
+            "--steps",
+            "12",
+            "--out",
+            run,
+        ];
+        args.extend(split);
+        let all = run_json(&args);
+        assert_eq!(events(&all, "config")[0]["model"], model);
+        assert_eq!(events(&all, "dataset")[0]["test_clips"], 16);
+        let losses = step_losses(&all);
+        assert!(losses.iter().all(|l| l.is_finite()), "{model}: {losses:?}");
+        let trained = events(&all, "evaluation")[0].clone();
+
+        let scores = dir.path().join(format!("{model}-scores"));
+        let report = run_json_document(&[
+            "eval",
+            "--json",
+            "--checkpoint",
+            run,
+            "--data-root",
+            data,
+            "--out",
+            scores.to_str().unwrap(),
+        ]);
+        assert_eq!(report["auc"], trained["auc"], "{model}");
+        assert_score_files(&scores, "pump", &report, 4);
+    }
 }

@@ -111,10 +111,6 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         "{named}"
     );
     assert_eq!(named["budget_bytes"].as_u64(), Some(512 << 20));
-    let predicted = named["plan"]["Ok"]["predicted_peak_bytes"]
-        .as_u64()
-        .unwrap();
-    assert!(predicted <= 512 << 20, "{named}");
     let rows = &rows[1..];
     let names: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     for wanted in [
@@ -140,11 +136,22 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         })
         .collect();
     assert!(patches.windows(2).all(|w| w[0] <= w[1]), "{patches:?}");
-    // Once (in parallel with the other tests of this file) the 8 GiB row held all 4096: the
-    // calibrations say why, if it happens again.
+    // Every GPU row fits its budget, and the budget matters: 512 MiB holds fewer patches at
+    // once than the largest GPU. (Whether 8 GiB holds all 4096 depends on the adapter: on
+    // lavapipe's Vulkan, f16 halves the activations and it does; on its GL, f32 only, not.)
+    for row in rows[..6].iter().chain(std::iter::once(named)) {
+        let plan = &row["plan"]["Ok"];
+        assert!(
+            plan["predicted_peak_bytes"].as_u64().unwrap() <= row["budget_bytes"].as_u64().unwrap(),
+            "{row}"
+        );
+    }
+    let named_patches = named["plan"]["Ok"]["micro_batch"].as_u64().unwrap()
+        * named["plan"]["Ok"]["n_patches"].as_u64().unwrap();
     assert!(
-        patches[0] < 4096,
-        "8 GiB should not hold 4096 patches at once: {patches:?}; GPU rows from {}: {}",
+        named_patches < patches[5],
+        "512 MiB holds {named_patches} patches at once, as many as 80 GB ({patches:?}); GPU rows \
+         from {}: {}",
         doc["gpu_memory"],
         doc["gpu_calibration"]
     );

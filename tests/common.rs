@@ -131,3 +131,40 @@ pub fn assert_step_memory(step: &Value) -> u64 {
     );
     allocated
 }
+
+/// Checks the challenge's score files that `eval --out scores` wrote for `machine_type`: one
+/// `anomaly_score_<type>_id_<id>.csv` per ID of `report["per_machine"]`, naming each test
+/// clip of that ID once (`per_label` normal and as many anomalous), whose AUC recomputed
+/// from the file is the one reported.
+pub fn assert_score_files(scores: &Path, machine_type: &str, report: &Value, per_label: usize) {
+    let machines = report["per_machine"].as_array().expect("per_machine");
+    assert!(!machines.is_empty(), "{report}");
+    for machine in machines {
+        let id = format!("{:02}", machine["machine_id"].as_u64().expect("an ID"));
+        let file = scores.join(format!("anomaly_score_{machine_type}_id_{id}.csv"));
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let (mut normal, mut anomalous) = (Vec::new(), Vec::new());
+        for line in text.lines() {
+            let (name, score) = line.split_once(',').expect("name,score");
+            assert!(
+                name.ends_with(".wav") && name.contains(&format!("_id_{id}_")),
+                "{line}"
+            );
+            let score: f64 = score.parse().expect("a number");
+            assert!(score.is_finite(), "{line}");
+            if name.starts_with("anomaly") {
+                anomalous.push(score);
+            } else {
+                normal.push(score);
+            }
+        }
+        assert_eq!((normal.len(), anomalous.len()), (per_label, per_label));
+        let recomputed = headroom_core::metrics::roc_auc(&normal, &anomalous).unwrap();
+        assert_eq!(
+            recomputed,
+            machine["auc"].as_f64().unwrap(),
+            "{machine_type} id {id}"
+        );
+    }
+}

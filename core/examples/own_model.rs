@@ -157,6 +157,8 @@ pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, Evaluation), TrainE
             budget_bytes: budget,
             effective_batch: 64,
             fixed: Fixed::default(),
+            // The planner's preference among patch counts that tie: 4.
+            preferred_n_patches: None,
         }),
         budget: Some(Budget::new(budget)),
         ..RunOptions::default()

@@ -2,8 +2,8 @@
 //! flex, explained in one line.
 
 use crate::backend::{BackendKind, Target};
-use crate::model::VqAutoencoderConfig;
 use crate::model::vq_patch_ae::StepForms;
+use crate::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
 use crate::plan::memory;
 use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
 
@@ -238,23 +238,31 @@ pub fn decide(
     }
 }
 
-/// The trial [`decide`] runs by default: two training steps of the default model at 16
-/// patches on the device (the first also compiles kernels), timed on the second.
-pub fn quick_benchmark(device: &DeviceReport) -> Result<f64, String> {
+/// The trial [`decide`] runs by default: two training steps of the built-in model `model`
+/// (the one the run will train) on the device, at its larger calibration size (16 patches
+/// for the default model), the first also compiling kernels, timed on the second.
+pub fn quick_benchmark(device: &DeviceReport, model: &str) -> Result<f64, String> {
+    struct Trial(Target);
+    impl WithModel for Trial {
+        type Output = Result<f64, String>;
+        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            let [_, patches] = crate::plan::calibration_patches(&model, self.0.backend);
+            crate::plan::measure_step(
+                self.0,
+                &model,
+                patches,
+                crate::precision::Precision::F32,
+                false,
+            )
+            .map(|m| patches as f64 / m.seconds.max(1e-9))
+            .map_err(|e| e.to_string())
+        }
+    }
     let target = Target {
         backend: device.backend,
         device: device.target,
     };
-    let patches = 16;
-    crate::plan::measure_step(
-        target,
-        &VqAutoencoderConfig::default(),
-        patches,
-        crate::precision::Precision::F32,
-        false,
-    )
-    .map(|m| patches as f64 / m.seconds.max(1e-9))
-    .map_err(|e| e.to_string())
+    with_default(model, Trial(target)).map_err(|e| e.to_string())?
 }
 
 #[cfg(test)]
@@ -420,6 +428,19 @@ mod tests {
             ],
             &["no CUDA device or driver: NVML did not load"],
         ))
+    }
+
+    /// The trial times the model the run will train, and names a model it does not know.
+    #[test]
+    fn the_quick_benchmark_times_the_named_model() {
+        let cpu = crate::probe::cpu::probe()
+            .into_iter()
+            .find(|d| d.backend == BackendKind::Flex)
+            .expect("a CPU device");
+        let rate = quick_benchmark(&cpu, "dcase-ae").unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        let err = quick_benchmark(&cpu, "resnet").unwrap_err();
+        assert!(err.contains("resnet") && err.contains("dcase-ae"), "{err}");
     }
 
     #[test]

@@ -213,6 +213,11 @@ impl TrainConfig {
     /// Trains `model` instead: the features take the mel bands its patches have, and patches
     /// are drawn and scored at its strides.
     pub fn set_model<C: ModelConfig>(&mut self, model: &C) {
+        let batch = model.default_batch();
+        self.micro_batch = batch.spectrograms;
+        self.n_patches = batch.patches;
+        self.accumulation = 1;
+        self.step_clips = None;
         self.dataset = self.dataset.clone().with_mels(model.input().mels);
         self.stride = model.training_stride();
         self.eval_stride = model.scoring_stride();

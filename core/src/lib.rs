@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod budget_source;
 pub mod checkpoint;
 pub mod choose;
 pub mod config;

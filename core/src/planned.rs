@@ -73,8 +73,16 @@ pub struct StepMeasurement {
     pub precision: Precision,
     /// Peak bytes of the step above what was allocated before the model existed.
     pub peak_bytes: u64,
-    /// Time of one micro-batch step, after a warm-up step.
+    /// Time of the step, after a warm-up step.
     pub seconds: f64,
+    /// Micro-batches of `patches` each in the step: 2 for a dry-run of an accumulating plan,
+    /// whose later micro-batches hold the gradients summed so far.
+    #[serde(default = "one")]
+    pub micro_batches: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A split in words: "micro-batch 35 x 4 patches x accumulation 3 (the last 30)".

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use headroom_core::budget_source::DEFAULT_FRACTION;
 use headroom_core::choose;
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::precision::Precision;
 use headroom_core::{BackendKind, Target};
 use headroom_datasets::PatchPlacement;
@@ -82,15 +84,22 @@ impl Resolved {
 
 impl Backend {
     /// The backend to use, and the reason when Headroom chose it: auto probes the machine
-    /// and, when a GPU fits, times a few steps on it and on the CPU.
+    /// and, when a GPU fits, times a few steps of the default model on it and on the CPU.
     pub fn resolve(self) -> Resolved {
+        self.resolve_for(VqAutoencoderConfig::NAME)
+    }
+
+    /// As [`Backend::resolve`], timing the built-in model `model`, the one the run trains.
+    pub fn resolve_for(self, model: &str) -> Resolved {
         match self {
             Backend::Auto => {
                 let report = crate::probe::machine(
                     std::time::Duration::from_secs(20),
                     crate::probe::AUTO_SETTINGS,
                 );
-                let choice = choose::decide(choose::choose(&report), choose::quick_benchmark);
+                let choice = choose::decide(choose::choose(&report), |device| {
+                    choose::quick_benchmark(device, model)
+                });
                 Resolved {
                     kind: choice.backend,
                     reason: Some(choice.reason),
@@ -535,7 +544,7 @@ pub struct MemoryArgs {
     #[arg(long, alias = "simulate_device")]
     pub simulate_device: Option<String>,
     /// Share of the device's free memory a run plans for (seed 003's cap).
-    #[arg(long, alias = "memory_fraction", default_value_t = 0.9)]
+    #[arg(long, alias = "memory_fraction", default_value_t = DEFAULT_FRACTION)]
     pub memory_fraction: f64,
     /// Patches per optimizer step, kept whatever the split [default: micro-batch x patches x
     /// accumulation, from the flags given or their defaults].
@@ -564,7 +573,7 @@ impl Default for MemoryArgs {
         Self {
             memory_budget: None,
             simulate_device: None,
-            memory_fraction: 0.9,
+            memory_fraction: DEFAULT_FRACTION,
             effective_batch: None,
             use_gradient_checkpointing: false,
             no_gradient_checkpointing: false,

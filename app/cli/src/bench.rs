@@ -9,7 +9,9 @@ use crate::render::mib;
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let threads = crate::set_threads(args.threads)?;
-    let resolved = args.backend.resolve();
+    let resolved = args
+        .backend
+        .resolve_for(args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME));
     if let Some(reason) = &resolved.reason {
         // On stderr: --json keeps stdout to one line.
         eprintln!("{reason}");

@@ -1,61 +1,40 @@
-//! Where a run's memory budget comes from: the user's number, a simulated GPU, or the
-//! device's free memory, each times `--memory-fraction` except the user's own number.
+//! The run's memory budget from the command line: `--memory-budget`, `--simulate-device` or
+//! the training device's free memory, resolved by core's [`BudgetSource`] as every
+//! front-end's is; this finds the device to size it from when none was chosen yet.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use headroom_core::BackendKind;
+use headroom_core::budget_source::{BudgetError, BudgetSource, ResolvedBudget};
 use headroom_core::memory::parse_size;
 use headroom_core::plan::devices;
 use headroom_core::probe::{self, DeviceReport};
 
 use crate::args::MemoryArgs;
 
-/// A budget and the words that say where it came from.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    pub bytes: u64,
-    pub source: String,
-}
-
-fn fraction(args: &MemoryArgs) -> Result<f64> {
-    let f = args.memory_fraction;
-    if !(f > 0.0 && f <= 1.0) {
-        bail!("--memory-fraction must be above 0 and at most 1 (got {f})");
-    }
-    Ok(f)
-}
-
 /// The budget for `backend`; `device` is the probed device when one was chosen already.
 pub fn resolve(
     args: &MemoryArgs,
     backend: BackendKind,
     device: Option<&DeviceReport>,
-) -> Result<Resolved> {
-    let f = fraction(args)?;
-    if let Some(text) = &args.memory_budget {
-        let bytes = parse_size(text).context("--memory-budget")?;
-        return Ok(Resolved {
-            bytes,
-            source: format!("--memory-budget {}", headroom_core::memory::human(bytes)),
-        });
-    }
-    if let Some(name) = &args.simulate_device {
-        let d = devices::find(name)?;
-        return Ok(Resolved {
-            bytes: (d.memory_bytes as f64 * f) as u64,
-            source: format!("simulated {} x {f}", d.label),
-        });
-    }
+) -> Result<ResolvedBudget> {
+    let source = if let Some(text) = &args.memory_budget {
+        BudgetSource::Given(parse_size(text).context("--memory-budget")?)
+    } else if let Some(name) = &args.simulate_device {
+        BudgetSource::Simulated(devices::find(name)?)
+    } else {
+        BudgetSource::FreeMemory
+    };
     let probed;
-    let device = match device {
-        Some(d) if d.backend == backend => d,
-        _ if backend.is_host() => {
+    let device = match (source, device) {
+        (BudgetSource::FreeMemory, Some(d)) if d.backend == backend => Some(d),
+        (BudgetSource::FreeMemory, _) if backend.is_host() => {
             probed = probe::cpu::probe()
                 .into_iter()
                 .find(|d| d.backend == backend)
                 .context("the CPU probe found no CPU device")?;
-            &probed
+            Some(&probed)
         }
-        _ => {
+        (BudgetSource::FreeMemory, _) => {
             let report = crate::probe::machine(
                 std::time::Duration::from_secs(20),
                 crate::probe::AUTO_SETTINGS,
@@ -70,11 +49,22 @@ pub fn resolve(
                          run `trainer-cli probe`, or give --memory-budget"
                     )
                 })?;
-            &probed
+            Some(&probed)
         }
+        _ => None,
     };
-    let (bytes, source) = device
-        .budget(f)
-        .map_err(|why| anyhow::anyhow!("{why}; give --memory-budget"))?;
-    Ok(Resolved { bytes, source })
+    source
+        .resolve(args.memory_fraction, device)
+        .map_err(in_flag_words)
+}
+
+/// A budget error in the words of the flags that set it right.
+pub fn in_flag_words(error: BudgetError) -> anyhow::Error {
+    match error {
+        BudgetError::Fraction(f) => {
+            anyhow::anyhow!("--memory-fraction must be above 0 and at most 1 (got {f})")
+        }
+        BudgetError::UnknownFreeMemory(why) => anyhow::anyhow!("{why}; give --memory-budget"),
+        other => other.into(),
+    }
 }

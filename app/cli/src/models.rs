@@ -12,18 +12,23 @@ pub fn run(args: ModelsArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<14} {:>11}  {:<24} about",
-        "model", "parameters", "input (mels x frames)"
+        "{:<14} {:>11}  {:<22} {:<16} about",
+        "model", "parameters", "input (mels x frames)", "default step"
     );
     for m in &models {
+        let step = m.default_batch;
         println!(
-            "{:<14} {:>11}  {:<24} {}",
+            "{:<14} {:>11}  {:<22} {:<16} {}",
             m.name,
             m.parameters,
             format!("{} x {}", m.input.mels, m.input.frames),
+            format!("{} x {}", step.spectrograms, step.patches),
             m.summary
         );
     }
-    println!("The first is the default. Train one with `trainer-cli train --model NAME`.");
+    println!(
+        "The first is the default. Train one with `trainer-cli train --model NAME`; its default \
+         step is spectrograms x patches from each (the effective batch when no batch flag is given)."
+    );
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Context, Result, anyhow};
+use headroom_core::budget_source::{BudgetError, BudgetSource};
 use headroom_core::events::Event;
 use headroom_core::memory::human as gib;
 use headroom_core::memory::{MemoryMeter, parse_size};
@@ -42,7 +43,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
 
 /// `plan` for one model.
 fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
-    let resolved = args.backend.resolve();
+    let resolved = args.backend.resolve_for(C::NAME);
     if let Some(reason) = &resolved.reason
         && !args.json
     {
@@ -61,7 +62,12 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         return verify(spec, args.json, target, &model);
     }
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
-    let planning = crate::train::planning(&args.memory, &args.split, budget.bytes)?;
+    let planning = crate::train::planning(
+        &args.memory,
+        &args.split,
+        budget.bytes,
+        model.default_batch(),
+    )?;
     let mut events: Vec<Event> = Vec::new();
     let prepared = if args.no_dry_run {
         let share = plan::RunShare {
@@ -131,21 +137,20 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
     Ok(())
 }
 
-/// Calibration plus one larger step of each kind a large plan uses (f32, and the half
-/// precision): a step's peak grows faster per patch at larger sizes (docs/PLANNER.md), and a
-/// what-if plan reaches thousands of patches with no dry-run to correct it.
+/// Calibration plus one step four times the larger calibration step's size, of each kind a
+/// large plan uses (f32, and the half precision): a step's peak grows faster per patch at
+/// larger sizes (docs/PLANNER.md), and a what-if plan reaches thousands of patches with no
+/// dry-run to correct it.
 fn calibrate_for_large_plans<C: ModelConfig>(target: Target, model: &C) -> Result<Calibration> {
     let mut calibration = plan::calibrate(target, model)?;
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
+    let [_, large] = plan::calibration_patches(model, target.backend);
     for precision in std::iter::once(Precision::F32).chain(half) {
-        let step = plan::measure_step(target, model, LARGE_CALIBRATION_PATCHES, precision, false)?;
+        let step = plan::measure_step(target, model, 4 * large, precision, false)?;
         plan::learn(&mut calibration, step);
     }
     Ok(calibration)
 }
-
-/// Patches of the extra what-if calibration step.
-const LARGE_CALIBRATION_PATCHES: usize = 64;
 
 /// The memory model for the GPU rows: the GPU path's (the cubecl pool's footprint, the GPU
 /// forms of the layers), measured on a wgpu adapter where this machine has one (a software
@@ -236,25 +241,31 @@ fn what_if<C: ModelConfig>(
     resident: u64,
 ) -> Result<()> {
     let f = args.memory.memory_fraction;
-    anyhow::ensure!(
-        f > 0.0 && f <= 1.0,
-        "--memory-fraction must be above 0 and at most 1 (got {f})"
-    );
+    // Each simulated GPU's budget, resolved before calibrating so a bad fraction fails fast.
+    let gpu_budgets = devices::DEVICES
+        .iter()
+        .map(|d| Ok((d.label, BudgetSource::Simulated(*d).resolve(f, None)?.bytes)))
+        .collect::<Result<Vec<_>, BudgetError>>()
+        .map_err(crate::budget::in_flag_words)?;
     let backend = target.backend;
     let calibration: Calibration = calibrate_for_large_plans(target, model)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
-    let planning = crate::train::planning(&args.memory, &args.split, 0)?;
+    let planning = crate::train::planning(&args.memory, &args.split, 0, model.default_batch())?;
     let cpu = headroom_core::probe::cpu::probe()
         .into_iter()
         .find(|d| d.backend.is_host())
-        .and_then(|d| d.free_memory.bytes)
+        .context("the CPU probe found no CPU device")?;
+    let cpu_free = cpu
+        .free_memory
+        .bytes
         .ok_or_else(|| anyhow!("the CPU probe did not report free RAM"))?;
-    let mut targets: Vec<(String, u64, u64, &Calibration)> = devices::DEVICES
-        .iter()
-        .map(|d| {
-            let budget = (d.memory_bytes as f64 * f) as u64;
-            (d.label.to_string(), budget, 0, &gpu_calibration)
-        })
+    let cpu_budget = BudgetSource::FreeMemory
+        .resolve(f, Some(&cpu))
+        .map_err(crate::budget::in_flag_words)?
+        .bytes;
+    let mut targets: Vec<(String, u64, u64, &Calibration)> = gpu_budgets
+        .into_iter()
+        .map(|(label, budget)| (label.to_string(), budget, 0, &gpu_calibration))
         .collect();
     // A budget the user names is a GPU's: the table's own rows already cover this CPU.
     if let Some(text) = &args.memory.memory_budget {
@@ -270,8 +281,8 @@ fn what_if<C: ModelConfig>(
         );
     }
     targets.push((
-        format!("this CPU ({} RAM free)", gib(cpu)),
-        (cpu as f64 * f) as u64,
+        format!("this CPU ({} RAM free)", gib(cpu_free)),
+        cpu_budget,
         resident,
         &calibration,
     ));

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use headroom_core::events::Event;
 use headroom_core::memory::Budget;
+use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
@@ -14,7 +15,13 @@ use crate::render::ProgressRenderer;
 
 /// The planner's request: the effective batch the flags describe (or `--effective-batch`),
 /// and every flag the user set as a constraint.
-pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Result<Planning> {
+/// `defaults` is the model's step where the flags leave it open.
+pub fn planning(
+    memory: &MemoryArgs,
+    split: &SplitArgs,
+    budget_bytes: u64,
+    defaults: DefaultBatch,
+) -> Result<Planning> {
     let SplitArgs {
         batch_size: micro_batch,
         n_patches,
@@ -28,11 +35,10 @@ pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Re
     ] {
         anyhow::ensure!(value != Some(0), "{name} must be at least 1 (got 0)");
     }
-    let defaults = TrainConfig::default();
     let effective_batch = memory.effective_batch.unwrap_or(
-        micro_batch.unwrap_or(defaults.micro_batch)
-            * n_patches.unwrap_or(defaults.n_patches)
-            * accumulation.unwrap_or(defaults.accumulation),
+        micro_batch.unwrap_or(defaults.spectrograms)
+            * n_patches.unwrap_or(defaults.patches)
+            * accumulation.unwrap_or(1),
     );
     Ok(Planning {
         budget_bytes,
@@ -44,6 +50,7 @@ pub fn planning(memory: &MemoryArgs, split: &SplitArgs, budget_bytes: u64) -> Re
             checkpointing: memory.checkpointing(),
             precision: memory.precision,
         },
+        preferred_n_patches: Some(defaults.patches),
     })
 }
 
@@ -200,6 +207,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
             serde_json::to_string(&event).expect("events always serialise")
         ),
     };
+    // Auto times the model --model names (else the default), the one a new run trains.
+    let model = args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME);
     // A resumed run keeps its backend unless one is named.
     let resolved: Option<Resolved> = match (args.backend, &args.device) {
         (Some(backend), Some(device)) if !device.accepts(backend) => anyhow::bail!(
@@ -208,10 +217,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
             device.label()
         ),
         (_, Some(device)) if device.selector.is_some() => Some(device.resolve()?),
-        (Some(backend), _) => Some(backend.resolve()),
-        (None, Some(device)) => Some(device.backend().resolve()),
+        (Some(backend), _) => Some(backend.resolve_for(model)),
+        (None, Some(device)) => Some(device.backend().resolve_for(model)),
         (None, None) if args.resume.is_some() => None,
-        (None, None) => Some(Backend::Auto.resolve()),
+        (None, None) => Some(Backend::Auto.resolve_for(model)),
     };
     if let Some(Resolved {
         kind,
@@ -255,7 +264,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
              --batch-size, --n-patches and --gradient-accumulation-steps"
         );
     } else {
-        options.planning = Some(planning(&args.memory, &args.split, budget.bytes)?);
+        // A resumed run keeps its own effective batch and patch count; these are unused.
+        let defaults = headroom_core::model::info_of(model)?.default_batch;
+        options.planning = Some(planning(&args.memory, &args.split, budget.bytes, defaults)?);
     }
     emit(Event::Budget {
         bytes: budget.bytes,

@@ -157,6 +157,31 @@ pub trait ModelConfig:
     fn default_warm_up_steps(&self, _total_steps: u64) -> u64 {
         0
     }
+
+    /// A step when the user gives no batch flags: spectrograms per step and patches from
+    /// each, the planner's preferred patch count. The effective batch is their product.
+    fn default_batch(&self) -> DefaultBatch {
+        DefaultBatch {
+            spectrograms: 8,
+            patches: 4,
+        }
+    }
+}
+
+/// A model's step when the user gives no batch flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DefaultBatch {
+    /// Spectrograms per optimizer step.
+    pub spectrograms: usize,
+    /// Patches cut from each spectrogram.
+    pub patches: usize,
+}
+
+impl DefaultBatch {
+    /// Patches per optimizer step.
+    pub fn effective_batch(&self) -> usize {
+        self.spectrograms * self.patches
+    }
 }
 
 /// One machine of a dataset: its type and ID.
@@ -248,6 +273,19 @@ pub struct ModelInfo {
     pub summary: &'static str,
     pub parameters: u64,
     pub input: PatchShape,
+    pub default_batch: DefaultBatch,
+}
+
+/// The built-in model `name`, as `trainer-cli models` lists it.
+pub fn info_of(name: &str) -> Result<ModelInfo, ModelError> {
+    struct Info;
+    impl WithModel for Info {
+        type Output = ModelInfo;
+        fn run<C: ModelConfig>(self, _: C) -> ModelInfo {
+            info::<C>()
+        }
+    }
+    with_default(name, Info)
 }
 
 fn info<C: ModelConfig>() -> ModelInfo {
@@ -257,6 +295,7 @@ fn info<C: ModelConfig>() -> ModelInfo {
         summary: C::SUMMARY,
         parameters: config.parameter_count(),
         input: config.input(),
+        default_batch: config.default_batch(),
     }
 }
 

@@ -16,7 +16,9 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{AnalyticStep, ModelConfig, PatchShape, Patches, SpectrogramModel, StepLoss};
+use super::{
+    AnalyticStep, DefaultBatch, ModelConfig, PatchShape, Patches, SpectrogramModel, StepLoss,
+};
 use crate::backend::BackendKind;
 use crate::precision::Precision;
 
@@ -162,6 +164,14 @@ impl ModelConfig for DcaseAeConfig {
             + dense(h, inputs)
             + 8 * norm(h)
             + norm(b)
+    }
+
+    /// The baseline's batch of 512 frame stacks: 32 from each of 16 clips.
+    fn default_batch(&self) -> DefaultBatch {
+        DefaultBatch {
+            spectrograms: 16,
+            patches: 32,
+        }
     }
 
     fn analytic_step(

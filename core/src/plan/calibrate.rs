@@ -15,9 +15,30 @@ pub use crate::planned::StepMeasurement;
 use crate::precision::Precision;
 use crate::step::{StepError, StepSettings, optimizer_step};
 
-/// Patches per micro-batch of the two calibration steps. Far enough apart for a slope, small
-/// enough to fit the smallest budgets the planner serves (about 100 MiB on a CPU).
+/// Patches per micro-batch of the two calibration steps for a model whose patches the
+/// analytic sizes do not describe, and the fewest the larger step takes for any model.
 pub const CALIBRATION_PATCHES: [usize; 2] = [4, 16];
+
+/// What the larger calibration step's patches hold, by the model's analytic sizes
+/// (activations and input). A step's peak is a fixed part (parameters, gradients, AdamW's
+/// moments, the backend's buffers) and a part per patch, and the calibration must see the
+/// second: the default model's 16 patches hold 33 MiB, but 16 of dcase-ae's 640-value frame
+/// stacks hold 0.3 MiB, under the noise of its 5 MiB fixed part, and planning thousands of
+/// stacks from them fell 1.7-5.2x short (docs/BENCHMARKS.md).
+pub const CALIBRATION_BYTES: u64 = 16 << 20;
+
+/// The two calibration sizes for a model: the larger holds [`CALIBRATION_BYTES`] of
+/// per-patch memory (at least 16 patches, at most 65,536), the smaller a quarter of it.
+pub fn calibration_patches<C: ModelConfig>(model: &C, backend: BackendKind) -> [usize; 2] {
+    let [_, fewest] = CALIBRATION_PATCHES;
+    let step = model.analytic_step(backend, Precision::F32, fewest);
+    let per_patch = (step.activations + step.data) / fewest as u64;
+    let large = match CALIBRATION_BYTES.checked_div(per_patch) {
+        Some(n) => (n as usize).clamp(fewest, 1 << 16),
+        None => fewest,
+    };
+    [large / 4, large]
+}
 
 /// Relative margin on every memory prediction. Allocator peaks vary slightly from step to
 /// step (under 1% on flex once the process is warm), and a prediction must err high.
@@ -46,6 +67,20 @@ pub fn measure_step<C: ModelConfig>(
     precision: Precision,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
+    measure_accumulating_step(target, model, patches, 1, precision, checkpointing)
+}
+
+/// As [`measure_step`], with `micro_batches` micro-batches of `patches` in the measured step
+/// (a plan's dry-run: from the second micro-batch on, the gradients summed so far are held).
+pub fn measure_accumulating_step<C: ModelConfig>(
+    target: Target,
+    model: &C,
+    patches: usize,
+    micro_batches: usize,
+    precision: Precision,
+    checkpointing: bool,
+) -> Result<StepMeasurement, CalibrationError> {
+    let micro_batches = micro_batches.max(1);
     let device = target.training_device(checkpointing)?;
     let mut meter = MemoryMeter::new(target.backend, &device);
     if meter.source() == crate::memory::MemorySource::Unmeasured {
@@ -71,15 +106,25 @@ pub fn measure_step<C: ModelConfig>(
         // one patch is enough.
         let warm_up = if target.backend.is_host() { 1 } else { patches };
         for round in 0..2 {
-            let size = if round == 0 { warm_up } else { patches };
-            let batch = Patches::random(model.input(), model.classes(), size, &device);
+            let (size, count) = if round == 0 {
+                (warm_up, 1)
+            } else {
+                (patches, micro_batches)
+            };
+            // Made one at a time inside the step, as the run reads its micro-batches.
+            let batches =
+                (0..count).map(|_| Patches::random(model.input(), model.classes(), size, &device));
             meter.reset_peak();
             let started = Instant::now();
             let settings = StepSettings {
-                step_patches: size,
+                step_patches: size * count,
                 ..settings
             };
-            let (next, _) = optimizer_step(net, &mut optimizer, [batch], settings, &mut meter)?;
+            // The run keeps the model it had until the step succeeds (so that a step out of
+            // memory can be redone smaller): its parameters are alive beside the new ones.
+            let kept = net.clone();
+            let (next, _) = optimizer_step(net, &mut optimizer, batches, settings, &mut meter)?;
+            drop(kept);
             net = next;
             let _ = device.sync();
             if round == 1 {
@@ -93,6 +138,7 @@ pub fn measure_step<C: ModelConfig>(
             precision,
             peak_bytes: peak.saturating_sub(before),
             seconds,
+            micro_batches,
         }
     };
     meter.cleanup();
@@ -126,7 +172,7 @@ pub fn calibrate<C: ModelConfig>(
     target: Target,
     model: &C,
 ) -> Result<Calibration, CalibrationError> {
-    let [small, large] = CALIBRATION_PATCHES;
+    let [small, large] = calibration_patches(model, target.backend);
     // The first step in a process also sets up what stays for its life (thread pools, kernel
     // caches); measured, that would count as the step's own cost.
     measure_step(target, model, 1, Precision::F32, false)?;
@@ -146,11 +192,23 @@ pub fn calibrate<C: ModelConfig>(
             )?);
         }
     }
-    Ok(fit(target.backend, measurements))
+    // An accumulating step holds one set of summed gradients beyond a single micro-batch's
+    // step: f32, one per trainable parameter.
+    Ok(fit(
+        target.backend,
+        measurements,
+        model.parameter_count() * 4,
+    ))
 }
 
-/// Fits the models to measurements, a line per precision and checkpointing.
-pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibration {
+/// Fits the models to measurements, a line per precision and checkpointing; `gradient_bytes`
+/// is what an accumulating step holds beyond one micro-batch's step (a measured step of two
+/// micro-batches is read as one of its micro-batch's size plus these).
+pub fn fit(
+    backend: BackendKind,
+    measurements: Vec<StepMeasurement>,
+    gradient_bytes: u64,
+) -> Calibration {
     let group = |precision: Precision, ckpt: bool| -> Vec<&StepMeasurement> {
         measurements
             .iter()
@@ -172,9 +230,16 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
         [] => None,
     };
     let (plain, ckpt) = (pair(false), pair(true));
+    let single_micro_batch = |m: &StepMeasurement| {
+        let held = if m.micro_batches > 1 {
+            gradient_bytes
+        } else {
+            0
+        };
+        (m.patches, m.peak_bytes.saturating_sub(held) as f64)
+    };
     let bytes = |ms: &[&StepMeasurement]| {
-        (!ms.is_empty())
-            .then(|| MeasuredCost::new(ms.iter().map(|m| (m.patches, m.peak_bytes as f64))))
+        (!ms.is_empty()).then(|| MeasuredCost::new(ms.iter().map(|m| single_micro_batch(m))))
     };
     let secs = |m: &StepMeasurement| m.seconds;
     let memory = MemoryModel {
@@ -186,6 +251,7 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
                 cost,
             })
         }),
+        accumulation_bytes: gradient_bytes,
         margin: MEMORY_MARGIN,
     };
     // A negative fixed time is noise on a nearly proportional cost, not a real speed-up of
@@ -222,5 +288,24 @@ pub fn fit(backend: BackendKind, measurements: Vec<StepMeasurement>) -> Calibrat
             }),
         },
         measurements,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::dcase_ae::DcaseAeConfig;
+    use crate::model::vq_patch_ae::VqAutoencoderConfig;
+
+    /// The default model's calibration stays at 4 and 16 patches; a model of small patches
+    /// calibrates at sizes whose per-patch memory shows above its fixed part.
+    #[test]
+    fn calibration_sizes_follow_the_size_of_a_patch() {
+        for backend in [BackendKind::Flex, BackendKind::Wgpu] {
+            let vq = calibration_patches(&VqAutoencoderConfig::default(), backend);
+            let dcase = calibration_patches(&DcaseAeConfig::default(), backend);
+            assert_eq!(vq, CALIBRATION_PATCHES);
+            assert!(dcase[0] >= 128 && dcase[1] == 4 * dcase[0], "{dcase:?}");
+        }
     }
 }

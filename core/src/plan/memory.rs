@@ -103,7 +103,21 @@ impl MeasuredCost {
             },
             n => {
                 let i = p.partition_point(|q| q.0 < patches).clamp(1, n - 1);
-                LinearCost::fit(p[i - 1], p[i])
+                let segment = LinearCost::fit(p[i - 1], p[i]);
+                // Beyond the last point, never a slope below the segment before: a peak is a
+                // maximum of lines, so its slopes only grow, and a flatter last segment is a
+                // noisy measurement that would under-predict every larger size.
+                if patches > p[n - 1].0 && n >= 3 {
+                    let before = LinearCost::fit(p[n - 3], p[n - 2]);
+                    if before.per_patch > segment.per_patch {
+                        let (last, bytes) = p[n - 1];
+                        return LinearCost {
+                            fixed: bytes - before.per_patch * last as f64,
+                            per_patch: before.per_patch,
+                        };
+                    }
+                }
+                segment
             }
         }
     }
@@ -130,12 +144,16 @@ pub struct MemoryModel {
     /// no half precision or it was not measured.
     #[serde(default)]
     pub half: Option<HalfCost<MeasuredCost>>,
+    /// What a step of several micro-batches holds beyond one micro-batch's step: the
+    /// gradients summed so far (f32, one per parameter).
+    #[serde(default)]
+    pub accumulation_bytes: u64,
     /// Relative margin added to every prediction, so that a prediction errs high.
     pub margin: f64,
 }
 
 impl MemoryModel {
-    /// Predicted peak bytes of a step with `patches` patches per micro-batch; `None` for a
+    /// Predicted peak bytes of a step of one micro-batch of `patches` patches; `None` for a
     /// combination that was not measured.
     pub fn predict(
         &self,
@@ -143,8 +161,24 @@ impl MemoryModel {
         precision: Precision,
         checkpointing: bool,
     ) -> Option<u64> {
+        self.predict_step(patches, 1, precision, checkpointing)
+    }
+
+    /// Predicted peak bytes of a step of `accumulation` micro-batches of `patches` patches.
+    pub fn predict_step(
+        &self,
+        patches: usize,
+        accumulation: usize,
+        precision: Precision,
+        checkpointing: bool,
+    ) -> Option<u64> {
         let cost = self.cost(precision, checkpointing)?;
-        Some((cost.at(patches).max(0.0) * (1.0 + self.margin)).ceil() as u64)
+        let held = if accumulation > 1 {
+            self.accumulation_bytes as f64
+        } else {
+            0.0
+        };
+        Some(((cost.at(patches).max(0.0) + held) * (1.0 + self.margin)).ceil() as u64)
     }
 
     /// The measured cost of one kind of step; `None` for a kind that was not measured.
@@ -221,9 +255,15 @@ mod tests {
                 precision: Precision::F16,
                 cost: MeasuredCost::new([(0, 100.0), (10, 150.0)]),
             }),
+            accumulation_bytes: 50,
             margin: 0.02,
         };
         assert_eq!(model.predict(10, Precision::F32, false), Some(204));
+        assert_eq!(
+            model.predict_step(10, 3, Precision::F32, false),
+            Some(255),
+            "an accumulating step holds the summed gradients too"
+        );
         assert_eq!(model.predict(10, Precision::F32, true), None);
         assert_eq!(model.predict(10, Precision::F16, false), Some(153));
         assert_eq!(model.predict(10, Precision::Bf16, false), None);
@@ -259,6 +299,20 @@ mod tests {
         );
         assert_eq!(MeasuredCost::new([(8, 5.0)]).at(100), 5.0);
         assert_eq!(MeasuredCost::new([(4, 10.0), (8, 9.0)]).at(100), 10.0);
+    }
+
+    /// A last segment flatter than the one before it (a noisy point) is not carried on:
+    /// beyond it, the earlier slope from the last point.
+    #[test]
+    fn a_flatter_last_segment_does_not_lower_larger_sizes() {
+        let cost = MeasuredCost::new([(4, 40.0), (16, 160.0), (64, 500.0)]);
+        // 10 a patch before 16, 7.1 after: beyond 64, 10 a patch from 500.
+        assert!((cost.at(100) - 860.0).abs() < 1e-9);
+        // Between the points, each segment as measured.
+        assert!((cost.at(40) - 330.0).abs() < 1e-9);
+        // A steeper last segment is carried on as it is.
+        let convex = MeasuredCost::new([(4, 40.0), (16, 160.0), (64, 800.0)]);
+        assert!((convex.at(100) - (800.0 + 36.0 * 640.0 / 48.0)).abs() < 1e-9);
     }
 
     #[test]

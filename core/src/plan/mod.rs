@@ -12,7 +12,10 @@ pub mod search;
 
 use serde::{Deserialize, Serialize};
 
-pub use calibrate::{Calibration, CalibrationError, StepMeasurement, calibrate, measure_step};
+pub use calibrate::{
+    Calibration, CalibrationError, StepMeasurement, calibrate, calibration_patches,
+    measure_accumulating_step, measure_step,
+};
 pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
 pub use read_ahead::ReadAhead;
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
@@ -32,6 +35,10 @@ pub struct Planning {
     /// Patches per optimizer step.
     pub effective_batch: usize,
     pub fixed: Fixed,
+    /// Patches per spectrogram to prefer when throughput ties and none is fixed: the
+    /// model's default (`ModelConfig::default_batch`); `None` prefers 4.
+    #[serde(default)]
+    pub preferred_n_patches: Option<usize>,
 }
 
 impl Planning {
@@ -44,6 +51,7 @@ impl Planning {
             effective_batch: self.effective_batch,
             fixed: self.fixed,
             read_ahead,
+            preferred_n_patches: self.preferred_n_patches,
         }
     }
 }
@@ -88,8 +96,9 @@ pub fn breakdown_of<C: ModelConfig>(
 ) -> Breakdown {
     let predicted = calibration
         .memory
-        .predict(
+        .predict_step(
             plan.patches_per_micro_batch(),
+            plan.accumulation,
             plan.precision,
             plan.checkpointing,
         )
@@ -179,7 +188,16 @@ pub fn prepare<C: ModelConfig>(
         {
             return Ok(accept(model, plan, resident, calibration, sink));
         }
-        let measured = measure_step(target, model, patches, plan.precision, plan.checkpointing)?;
+        // The run's step as it will be: a plan that accumulates is checked with two
+        // micro-batches, the second holding the first's gradients.
+        let measured = measure_accumulating_step(
+            target,
+            model,
+            patches,
+            plan.accumulation.min(2),
+            plan.precision,
+            plan.checkpointing,
+        )?;
         let beside = resident + share.read_ahead.bytes(plan.micro_batch);
         let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
@@ -244,6 +262,10 @@ fn accept<C: ModelConfig>(
 /// measured replaces that point). Only memory learns: its timing is one step, not a fit.
 pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
     calibration.measurements.push(measured);
-    let refitted = calibrate::fit(calibration.backend, calibration.measurements.clone());
+    let refitted = calibrate::fit(
+        calibration.backend,
+        calibration.measurements.clone(),
+        calibration.memory.accumulation_bytes,
+    );
     calibration.memory = refitted.memory;
 }

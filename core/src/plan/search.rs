@@ -20,8 +20,8 @@ use crate::precision::Precision;
 /// plain f32 plan that fits, to be chosen over it.
 pub const EXOTIC_MARGIN: f64 = 1.10;
 
-/// Patches per spectrogram the planner tries, the first preferred when throughput ties:
-/// more spectrograms per step see more of the dataset.
+/// Patches per spectrogram the planner tries, the first preferred when throughput ties
+/// (more spectrograms per step see more of the dataset), after the model's own default.
 pub const PATCH_COUNTS: [usize; 5] = [4, 8, 16, 2, 1];
 
 /// Measured time of one micro-batch's forward and backward.
@@ -79,6 +79,23 @@ pub struct PlanRequest {
     /// What the train stream holds beside the step, by micro-batch (host budgets only).
     #[serde(default)]
     pub read_ahead: ReadAhead,
+    /// Tried first and preferred on a tie, when `fixed` leaves the patch count open.
+    #[serde(default)]
+    pub preferred_n_patches: Option<usize>,
+}
+
+impl PlanRequest {
+    /// Patches per spectrogram to try, the preferred first.
+    fn patch_counts(&self) -> Vec<usize> {
+        if let Some(n) = self.fixed.n_patches {
+            return vec![n];
+        }
+        let preferred = self.preferred_n_patches;
+        preferred
+            .into_iter()
+            .chain(PATCH_COUNTS.into_iter().filter(|&n| Some(n) != preferred))
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -127,10 +144,7 @@ pub fn search(
 ) -> Result<Plan, PlanError> {
     let available = request.budget_bytes.saturating_sub(request.resident_bytes);
     let f = request.fixed;
-    let patch_counts: Vec<usize> = match f.n_patches {
-        Some(n) => vec![n],
-        None => PATCH_COUNTS.to_vec(),
-    };
+    let patch_counts = request.patch_counts();
     let checkpointing: Vec<bool> = match f.checkpointing {
         Some(c) => vec![c],
         None => vec![false, true],
@@ -166,7 +180,8 @@ pub fn search(
             for &precision in &precisions {
                 for &ckpt in &checkpointing {
                     let patches = micro_batch * n_patches;
-                    let Some(step) = memory.predict(patches, precision, ckpt) else {
+                    let Some(step) = memory.predict_step(patches, accumulation, precision, ckpt)
+                    else {
                         continue;
                     };
                     let needed = step + request.read_ahead.bytes(micro_batch);
@@ -197,7 +212,7 @@ pub fn search(
         }
     }
     if !any_split {
-        let n_patches = f.n_patches.unwrap_or(PATCH_COUNTS[0]);
+        let n_patches = patch_counts[0];
         return Err(PlanError::Indivisible {
             effective_batch: request.effective_batch,
             n_patches,
@@ -205,10 +220,10 @@ pub fn search(
         });
     }
     let preference = |c: &Candidate| {
-        let order = PATCH_COUNTS
+        let order = patch_counts
             .iter()
             .position(|&n| n == c.n_patches)
-            .unwrap_or(PATCH_COUNTS.len());
+            .unwrap_or(patch_counts.len());
         (c.checkpointing, order)
     };
     // Checkpointing or half precision changes the numbers a run computes, so where a plain
@@ -306,8 +321,14 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
     let next = Some(best.micro_batch + 1);
     match next {
         Some(next) if !fixed => {
+            let clips = request.effective_batch / best.n_patches;
             let need = memory
-                .predict(next * best.n_patches, best.precision, best.checkpointing)
+                .predict_step(
+                    next * best.n_patches,
+                    clips.div_ceil(next),
+                    best.precision,
+                    best.checkpointing,
+                )
                 .map_or(u64::MAX, |step| step + request.read_ahead.bytes(next));
             let over = if need > available {
                 format!(
@@ -345,6 +366,7 @@ mod tests {
             plain: line(20, 2),
             checkpointed: Some(line(20, 1)),
             half: None,
+            accumulation_bytes: 0,
             margin: 0.0,
         }
     }
@@ -367,7 +389,38 @@ mod tests {
             effective_batch: 128,
             fixed: Fixed::default(),
             read_ahead: ReadAhead::NONE,
+            preferred_n_patches: None,
         }
+    }
+
+    /// A model whose default cuts 32 patches from each spectrogram (dcase-ae's frame
+    /// stacks) is planned at 32 where that is as fast, not at 4.
+    #[test]
+    fn the_models_patch_count_is_preferred_on_a_tie() {
+        let mut r = request(1024);
+        r.effective_batch = 512;
+        r.fixed.checkpointing = Some(false);
+        let flat = SpeedModel {
+            micro_batch_s: LinearCost {
+                fixed: 0.0,
+                per_patch: 0.001,
+            },
+            ..speed()
+        };
+        let small = MemoryModel {
+            plain: line(1, 0),
+            ..memory()
+        };
+        assert_eq!(search(&small, &flat, &r).unwrap().n_patches, 4);
+        r.preferred_n_patches = Some(32);
+        let plan = search(&small, &flat, &r).unwrap();
+        assert_eq!(
+            (plan.micro_batch, plan.n_patches, plan.accumulation),
+            (16, 32, 1)
+        );
+        // A fixed count still wins over the preference.
+        r.fixed.n_patches = Some(8);
+        assert_eq!(search(&small, &flat, &r).unwrap().n_patches, 8);
     }
 
     /// What the stream reads ahead grows with the micro-batch and shares a host budget: with

@@ -26,6 +26,15 @@ pub fn probe_here(settings: ProbeSettings) -> GpuReport {
     report
 }
 
+/// A web page cannot load NVIDIA's driver library; a browser's GPU is reached through WebGPU.
+#[cfg(target_arch = "wasm32")]
+fn nvidia(report: &mut GpuReport) {
+    report
+        .findings
+        .push("no NVML in WebAssembly: GPUs are reached through WebGPU".into());
+}
+
+#[cfg(not(target_arch = "wasm32"))]
 fn nvidia(report: &mut GpuReport) {
     let nvml = match nvml_wrapper::Nvml::init() {
         Ok(nvml) => nvml,

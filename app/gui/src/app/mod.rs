@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Color32, RichText};
+use headroom_core::budget_source::{BudgetSource as CoreSource, DEFAULT_FRACTION};
 use headroom_core::choose::Choice;
 use headroom_core::memory::Budget;
 use headroom_core::model::{ModelConfig, WithModel, with_default};
@@ -61,9 +62,9 @@ impl Default for Settings {
 /// Where the memory budget comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BudgetSource {
-    /// 90% of the selected device's free memory.
+    /// The default fraction of the selected device's free memory.
     FreeMemory,
-    /// A simulated GPU's memory (index into `devices::DEVICES`), x 0.9.
+    /// A simulated GPU's memory (index into `devices::DEVICES`), x the default fraction.
     Simulated(usize),
     /// The user's figure, e.g. "2GiB".
     Custom(String),
@@ -233,24 +234,28 @@ impl HeadroomApp {
         })
     }
 
-    /// The budget and where it came from.
+    /// The chosen model's own patches per spectrogram, which plans prefer.
+    fn preferred_n_patches(&self) -> Option<usize> {
+        headroom_core::model::info_of(&self.model)
+            .ok()
+            .map(|m| m.default_batch.patches)
+    }
+
+    /// The budget and where it came from, resolved by core as the CLI's is.
     pub fn budget(&self) -> Result<(u64, String), String> {
-        match &self.budget_source {
-            BudgetSource::FreeMemory => self
-                .device()
-                .ok_or_else(|| "no device selected".to_string())?
-                .budget(0.9),
+        let source = match &self.budget_source {
+            BudgetSource::FreeMemory => CoreSource::FreeMemory,
             BudgetSource::Simulated(i) => {
-                let d = devices::DEVICES.get(*i).ok_or("no such simulated device")?;
-                Ok((
-                    (d.memory_bytes as f64 * 0.9) as u64,
-                    format!("simulated {} x 0.9", d.label),
-                ))
+                CoreSource::Simulated(*devices::DEVICES.get(*i).ok_or("no such simulated device")?)
             }
-            BudgetSource::Custom(text) => headroom_core::memory::parse_size(text)
-                .map(|b| (b, "your figure".to_string()))
-                .map_err(|e| e.to_string()),
-        }
+            BudgetSource::Custom(text) => CoreSource::Given(
+                headroom_core::memory::parse_size(text).map_err(|e| e.to_string())?,
+            ),
+        };
+        source
+            .resolve(DEFAULT_FRACTION, self.device())
+            .map(|b| (b.bytes, b.source))
+            .map_err(|e| e.to_string())
     }
 
     /// The plan for the current pins and budget, from the device's calibration: instant, so
@@ -268,6 +273,7 @@ impl HeadroomApp {
             budget_bytes: budget,
             effective_batch: self.effective_batch,
             fixed: self.pins.fixed(),
+            preferred_n_patches: self.preferred_n_patches(),
         };
         // A preview before the run: the dataset and its read-ahead are not counted here; the
         // run's own plan counts them.
@@ -379,6 +385,7 @@ impl HeadroomApp {
                 budget_bytes: budget,
                 effective_batch: self.effective_batch,
                 fixed: self.pins.fixed(),
+                preferred_n_patches: self.preferred_n_patches(),
             }),
             budget: Some(Budget::new(budget)),
             // The dataset panel lists bad files; training goes on without them.

@@ -13,11 +13,17 @@ impl HeadroomApp {
                     .selected_text(self.model.as_str())
                     .show_ui(ui, |ui| {
                         for m in headroom_core::model::built_in() {
-                            ui.selectable_value(&mut self.model, m.name.to_string(), m.name)
+                            let picked = ui
+                                .selectable_value(&mut self.model, m.name.to_string(), m.name)
                                 .on_hover_text(format!(
                                     "{}; {} parameters, input {} mels x {} frames",
                                     m.summary, m.parameters, m.input.mels, m.input.frames
                                 ));
+                            // Each model comes with its own step (dcase-ae: the baseline's
+                            // 512 frame stacks), which the effective batch starts from.
+                            if picked.changed() {
+                                self.effective_batch = m.default_batch.effective_batch();
+                            }
                         }
                     })
                     .response
@@ -33,10 +39,13 @@ impl HeadroomApp {
                     BudgetSource::Simulated(_) => 1,
                     BudgetSource::Custom(_) => 2,
                 };
+                let free_memory = format!("{:.0}% of free memory", DEFAULT_FRACTION * 100.0);
                 egui::ComboBox::from_id_salt("budget-kind")
-                    .selected_text(["90% of free memory", "a simulated GPU", "my figure"][kind])
+                    .selected_text(
+                        [free_memory.as_str(), "a simulated GPU", "my figure"][kind].to_string(),
+                    )
                     .show_ui(ui, |ui| {
-                        ui.selectable_value(&mut kind, 0, "90% of free memory");
+                        ui.selectable_value(&mut kind, 0, free_memory.as_str());
                         ui.selectable_value(&mut kind, 1, "a simulated GPU");
                         ui.selectable_value(&mut kind, 2, "my figure");
                     })
