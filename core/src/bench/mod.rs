@@ -8,7 +8,7 @@ mod trace;
 pub use profile::{OpTime, Profile, profile};
 pub use trace::{MemoryStage, MemoryTrace, memory_trace};
 
-use std::time::Instant;
+use web_time::Instant;
 
 use serde::{Deserialize, Serialize};
 

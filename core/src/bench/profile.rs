@@ -12,7 +12,7 @@
 //! bookkeeping, allocation) is the rest. Every timing syncs the device, so lazy backends
 //! report work done, not queued.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
 use serde::{Deserialize, Serialize};

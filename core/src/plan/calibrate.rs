@@ -1,7 +1,7 @@
 //! Measures real training steps on the device to fit the memory and speed models: the
 //! planner predicts from what this device did, not from a table.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use serde::{Deserialize, Serialize};
 

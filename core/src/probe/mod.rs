@@ -168,7 +168,7 @@ pub fn probe_machine(
     child: Option<&isolate::ChildProbe>,
     settings: gpus::ProbeSettings,
 ) -> MachineReport {
-    let started = std::time::Instant::now();
+    let started = web_time::Instant::now();
     let gpus = match child {
         Some(child) => child.run().unwrap_or_else(|reason| GpuReport {
             devices: Vec::new(),

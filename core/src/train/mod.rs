@@ -7,7 +7,7 @@ pub mod schedule;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use web_time::Instant;
 
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
