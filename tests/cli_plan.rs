@@ -128,13 +128,11 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         );
     }
     // More memory never means a smaller micro-batch.
-    let patches: Vec<u64> = rows[..6]
-        .iter()
-        .map(|r| {
-            let p = &r["plan"]["Ok"];
-            p["micro_batch"].as_u64().unwrap() * p["n_patches"].as_u64().unwrap()
-        })
-        .collect();
+    let held_at_once = |row: &serde_json::Value| {
+        let p = &row["plan"]["Ok"];
+        p["micro_batch"].as_u64().unwrap() * p["n_patches"].as_u64().unwrap()
+    };
+    let patches: Vec<u64> = rows[..6].iter().map(held_at_once).collect();
     assert!(patches.windows(2).all(|w| w[0] <= w[1]), "{patches:?}");
     // Every GPU row fits its budget, and the budget matters: 512 MiB holds fewer patches at
     // once than the largest GPU. (Whether 8 GiB holds all 4096 depends on the adapter: on
@@ -146,8 +144,7 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
             "{row}"
         );
     }
-    let named_patches = named["plan"]["Ok"]["micro_batch"].as_u64().unwrap()
-        * named["plan"]["Ok"]["n_patches"].as_u64().unwrap();
+    let named_patches = held_at_once(named);
     assert!(
         named_patches < patches[5],
         "512 MiB holds {named_patches} patches at once, as many as 80 GB ({patches:?}); GPU rows \
