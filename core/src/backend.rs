@@ -84,6 +84,8 @@ pub enum BackendError {
     UnknownGpuPool(String),
     #[error("cannot start the wgpu device with the pool {GPU_POOL_VAR} asks for: {0}")]
     GpuPoolInit(String),
+    #[error("cannot start the browser's WebGPU device: {0}; open the page with backend=cpu")]
+    WebGpuStart(String),
     #[error("device {target:?} belongs to the {} backend, not {backend}", target.backend())]
     WrongBackend {
         backend: BackendKind,
@@ -213,9 +215,39 @@ impl FromStr for BackendKind {
 /// without it keep cubecl's default.
 pub const GPU_POOL_VAR: &str = "HEADROOM_GPU_POOL";
 
+/// The browser's WebGPU device: the page starts its runtime first (asynchronously, as a
+/// browser requires; `Device::wgpu_options().init_async()`), and a page has no environment
+/// to choose a pool from.
+#[cfg(all(feature = "wgpu", target_arch = "wasm32"))]
+fn wgpu_device(kind: burn::tensor::DeviceKind) -> Result<Device, BackendError> {
+    Ok(Device::wgpu(kind))
+}
+
+/// Starts the browser's WebGPU device, as a browser requires (asynchronously) and before
+/// anything uses it; then [`BackendKind::Wgpu`] trains on it. Returns the adapter in words:
+/// its name, type and largest buffer.
+#[cfg(all(feature = "wgpu", target_arch = "wasm32"))]
+pub async fn start_webgpu() -> Result<String, BackendError> {
+    let (_, setup) = Device::wgpu_options()
+        .init_with_setup_async()
+        .await
+        .map_err(|e| BackendError::WebGpuStart(e.to_string()))?;
+    let info = setup.adapter.get_info();
+    let name = if info.name.is_empty() {
+        "an unnamed adapter".to_string()
+    } else {
+        info.name
+    };
+    Ok(format!(
+        "{name} ({:?}, largest buffer {})",
+        info.device_type,
+        crate::memory::human(setup.adapter.limits().max_buffer_size)
+    ))
+}
+
 /// A wgpu device, its runtime started with the pool [`GPU_POOL_VAR`] asks for the first time
 /// the process asks for it (the pool can only be chosen before first use).
-#[cfg(feature = "wgpu")]
+#[cfg(all(feature = "wgpu", not(target_arch = "wasm32")))]
 fn wgpu_device(kind: burn::tensor::DeviceKind) -> Result<Device, BackendError> {
     use burn::tensor::wgpu::MemoryConfiguration;
     use std::sync::Mutex;

@@ -2,8 +2,10 @@
 //! flex, explained in one line.
 
 use crate::backend::{BackendKind, Target};
+use crate::model::VqAutoencoderConfig;
 use crate::model::vq_patch_ae::StepForms;
-use crate::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::model::{ModelConfig, WithModel, with_default};
 use crate::plan::memory;
 use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
 
@@ -240,20 +242,22 @@ pub fn decide(
 
 /// The trial [`decide`] runs by default: two training steps of the built-in model `model`
 /// (the one the run will train) on the device, at its larger calibration size (16 patches
-/// for the default model), the first also compiling kernels, timed on the second.
+/// for the default model), the first also compiling kernels, timed on the second. Native: a
+/// web page has one GPU at most, and no thread to block while it is timed.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn quick_benchmark(device: &DeviceReport, model: &str) -> Result<f64, String> {
     struct Trial(Target);
     impl WithModel for Trial {
         type Output = Result<f64, String>;
         fn run<C: ModelConfig>(self, model: C) -> Self::Output {
             let [_, patches] = crate::plan::calibration_patches(&model, self.0.backend);
-            crate::plan::measure_step(
+            crate::readback::block_on(crate::plan::measure_step(
                 self.0,
                 &model,
                 patches,
                 crate::precision::Precision::F32,
                 false,
-            )
+            ))
             .map(|m| patches as f64 / m.seconds.max(1e-9))
             .map_err(|e| e.to_string())
         }

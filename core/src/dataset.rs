@@ -30,7 +30,8 @@ pub enum OnBadFile {
 /// How clips are read: run-time settings, not part of a run's identity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoaderOptions {
-    /// Threads that decode, compute features and cut patches.
+    /// Threads that decode, compute features and cut patches; 0 does that work on the
+    /// training thread, as a web page must (it has no threads to spawn).
     pub workers: usize,
     /// Micro-batches read ahead of the one training (seed 003's prefetch factor).
     pub prefetch: usize,
@@ -45,7 +46,7 @@ pub struct LoaderOptions {
 impl Default for LoaderOptions {
     fn default() -> Self {
         Self {
-            workers: 2,
+            workers: if cfg!(target_arch = "wasm32") { 0 } else { 2 },
             prefetch: 2,
             host_memory_bytes: 1 << 30,
             on_bad_file: OnBadFile::Fail,

@@ -41,11 +41,20 @@ pub struct ScoreSettings {
     pub on_bad_file: OnBadFile,
 }
 
+/// Why a test split could not be scored.
+#[derive(Debug, thiserror::Error)]
+pub enum ScoreError {
+    #[error(transparent)]
+    Data(#[from] crate::dataset::DataError),
+    #[error(transparent)]
+    Readback(#[from] crate::readback::ReadbackError),
+}
+
 /// Scores of the clips at `indices` of `store`, in that order, reading ahead on worker
 /// threads; with [`OnBadFile::Skip`] unreadable clips are left out and listed in `skipped`.
 /// `classes` holds each store clip's class.
 #[allow(clippy::too_many_arguments)]
-pub fn clip_scores<M: SpectrogramModel>(
+pub async fn clip_scores<M: SpectrogramModel>(
     model: &M,
     device: &Device,
     store: &Arc<ClipStore>,
@@ -54,7 +63,7 @@ pub fn clip_scores<M: SpectrogramModel>(
     normalization: &Normalization,
     settings: ScoreSettings,
     skipped: &mut Vec<String>,
-) -> Result<Vec<ClipScore>, crate::dataset::DataError> {
+) -> Result<Vec<ClipScore>, ScoreError> {
     let reader = store.clone();
     let classes = classes.clone();
     let normalization = *normalization;
@@ -86,13 +95,11 @@ pub fn clip_scores<M: SpectrogramModel>(
                 continue;
             }
         };
-        let sum: f64 = batch
-            .chunks(settings.chunk)
-            .map(|part| {
-                let scores = model.patch_scores(part.to_tensor(device));
-                scores.sum().into_scalar::<f32>() as f64
-            })
-            .sum();
+        let mut sum = 0.0;
+        for part in batch.chunks(settings.chunk) {
+            let scores = model.patch_scores(part.to_tensor(device));
+            sum += crate::readback::scalar(scores.sum()).await? as f64;
+        }
         let clip = &store.clips()[i];
         scores.push(ClipScore {
             machine_type: clip.machine_type.clone(),

@@ -2,6 +2,8 @@
 //! events it reports. No UI code lives here; front-ends consume [`events::Event`]s.
 
 pub mod backend;
+// Native measuring tools; a web page measures through its run's own step events.
+#[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
 pub mod budget_source;
 pub mod checkpoint;
@@ -18,6 +20,7 @@ pub mod plan;
 pub mod planned;
 pub mod precision;
 pub mod probe;
+pub mod readback;
 pub mod step;
 pub mod train;
 

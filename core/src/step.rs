@@ -8,6 +8,7 @@ use burn::tensor::Tensor;
 use crate::memory::{MemoryMeter, MemorySource, OverBudget};
 use crate::model::{Patches, SpectrogramModel, StepLoss};
 use crate::precision::Precision;
+use crate::readback::{self, ReadbackError};
 
 /// Why a step could not finish. Nothing of the model or the optimizer has changed when one
 /// of these comes back: the optimizer only runs after every micro-batch has succeeded.
@@ -23,6 +24,14 @@ pub enum StepError {
     /// was not stepped.
     #[error("the step received {seen} of its {expected} patches")]
     Incomplete { seen: usize, expected: usize },
+}
+
+/// On the web, a failed allocation surfaces on the next read: the device's words decide,
+/// as for a failed `sync`.
+impl From<ReadbackError> for StepError {
+    fn from(error: ReadbackError) -> Self {
+        StepError::Device(error.0)
+    }
 }
 
 impl StepError {
@@ -54,7 +63,7 @@ pub struct StepOutcome {
 /// Gradients of one micro-batch, its loss weighted by its share of the step's patches
 /// (seed 003's loss / accumulation when micro-batches are equal) so that summing the
 /// micro-batch gradients gives the gradient of the mean over all of them.
-pub fn micro_batch_gradients<M: SpectrogramModel>(
+pub async fn micro_batch_gradients<M: SpectrogramModel>(
     model: &M,
     batch: Patches,
     step_patches: usize,
@@ -70,24 +79,20 @@ pub fn micro_batch_gradients<M: SpectrogramModel>(
     if meter.source() == MemorySource::DevicePool {
         // A device pool keeps no high-water mark, and every activation is alive now: run
         // the forward to here and read the pool, so the step's peak includes them.
-        device
-            .sync()
-            .map_err(|error| StepError::Device(error.to_string()))?;
+        readback::settle(&device).await?;
         meter.sample();
     }
     let grads = scaled.backward();
     // cubecl reports an allocation that failed here, as an error rather than a panic later.
-    if let Err(error) = device.sync() {
-        return Err(StepError::Device(error.to_string()));
-    }
-    let total = scaled.into_scalar::<f32>() as f64 / precision.loss_scale() as f64;
-    let reported = reported.into_scalar::<f32>() as f64 * share;
+    readback::settle(&device).await?;
+    let total = readback::scalar(scaled).await? as f64 / precision.loss_scale() as f64;
+    let reported = readback::scalar(reported).await? as f64 * share;
     Ok((GradientsParams::from_grads(grads, model), total, reported))
 }
 
 /// Runs the micro-batches of one step and returns their summed gradients. Stops at the
 /// first micro-batch whose peak passes the meter's budget.
-pub fn accumulate_gradients<M: SpectrogramModel>(
+pub async fn accumulate_gradients<M: SpectrogramModel>(
     model: &M,
     micro_batches: impl IntoIterator<Item = Patches>,
     step_patches: usize,
@@ -101,7 +106,7 @@ pub fn accumulate_gradients<M: SpectrogramModel>(
     for batch in micro_batches {
         seen += batch.len();
         let (grads, l, r) =
-            micro_batch_gradients(model, batch, step_patches, warming_up, precision, meter)?;
+            micro_batch_gradients(model, batch, step_patches, warming_up, precision, meter).await?;
         meter.check()?;
         accumulator.accumulate(model, grads);
         loss += l;
@@ -131,7 +136,7 @@ pub struct StepSettings {
 }
 
 /// One whole optimizer step.
-pub fn optimizer_step<M: SpectrogramModel>(
+pub async fn optimizer_step<M: SpectrogramModel>(
     model: M,
     optimizer: &mut ModuleOptimizer,
     micro_batches: impl IntoIterator<Item = Patches>,
@@ -152,14 +157,15 @@ pub fn optimizer_step<M: SpectrogramModel>(
         warming_up,
         precision,
         meter,
-    )?;
+    )
+    .await?;
     if precision.loss_scale() != 1.0 {
         scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
     }
     let grad_norm = match clip_norm {
-        Some(max) => clip_global_norm(&model, &mut grads, max),
-        None => global_norm(&model, &grads),
-    };
+        Some(max) => clip_global_norm(&model, &mut grads, max).await,
+        None => global_norm(&model, &grads).await,
+    }?;
     let model = optimizer.step(lr, model, grads);
     // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
     // guarded: the plan's fixed cost already holds it.
@@ -175,7 +181,10 @@ pub fn optimizer_step<M: SpectrogramModel>(
 }
 
 /// L2 norm of all gradients together, as `torch.nn.utils.clip_grad_norm_` measures it.
-pub fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
+pub async fn global_norm<M: Module>(
+    model: &M,
+    grads: &GradientsParams,
+) -> Result<f64, ReadbackError> {
     struct SumSquares<'a> {
         grads: &'a GradientsParams,
         total: Option<Tensor<1>>,
@@ -193,22 +202,27 @@ pub fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     }
     let mut visitor = SumSquares { grads, total: None };
     model.visit(&mut visitor);
-    visitor
-        .total
-        .map_or(0.0, |t| (t.into_scalar::<f32>() as f64).sqrt())
+    match visitor.total {
+        Some(total) => Ok((readback::scalar(total).await? as f64).sqrt()),
+        None => Ok(0.0),
+    }
 }
 
 /// Scales all gradients together so that their global norm is at most `max_norm`, as
 /// `clip_grad_norm_` does. burn's own clipping works per parameter tensor, which changes
 /// the direction of the update; the model card asks for the global norm. Returns the norm
 /// before clipping.
-pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
-    let norm = global_norm(model, grads);
+pub async fn clip_global_norm<M: Module>(
+    model: &M,
+    grads: &mut GradientsParams,
+    max_norm: f64,
+) -> Result<f64, ReadbackError> {
+    let norm = global_norm(model, grads).await?;
     let scale = max_norm / (norm + 1e-6);
     if scale < 1.0 {
         scale_gradients(model, grads, scale as f32);
     }
-    norm
+    Ok(norm)
 }
 
 /// Multiplies every gradient by `factor`.
@@ -233,6 +247,7 @@ mod tests {
     use super::*;
     use crate::backend::BackendKind;
     use crate::model::{VqAutoencoder, VqAutoencoderConfig};
+    use crate::readback::block_on;
     use burn::tensor::Distribution;
 
     fn flatten(model: &VqAutoencoder, grads: &GradientsParams) -> Vec<f32> {
@@ -271,9 +286,15 @@ mod tests {
     #[test]
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
-        let (whole, loss_whole, _) =
-            accumulate_gradients(&model, [x.clone()], 8, false, Precision::F32, &mut meter)
-                .unwrap();
+        let (whole, loss_whole, _) = block_on(accumulate_gradients(
+            &model,
+            [x.clone()],
+            8,
+            false,
+            Precision::F32,
+            &mut meter,
+        ))
+        .unwrap();
         let a = flatten(&model, &whole);
         assert_eq!(a.len(), 392_193);
         let scale = a.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
@@ -287,8 +308,15 @@ mod tests {
                     Patches::unlabelled(part)
                 })
                 .collect();
-            let (accumulated, loss_parts, _) =
-                accumulate_gradients(&model, parts, 8, false, Precision::F32, &mut meter).unwrap();
+            let (accumulated, loss_parts, _) = block_on(accumulate_gradients(
+                &model,
+                parts,
+                8,
+                false,
+                Precision::F32,
+                &mut meter,
+            ))
+            .unwrap();
             let b = flatten(&model, &accumulated);
             let worst = a
                 .iter()
@@ -311,7 +339,14 @@ mod tests {
     #[test]
     fn a_step_short_of_its_patches_is_refused() {
         let (model, x, mut meter) = setup();
-        let short = accumulate_gradients(&model, [x], 16, false, Precision::F32, &mut meter);
+        let short = block_on(accumulate_gradients(
+            &model,
+            [x],
+            16,
+            false,
+            Precision::F32,
+            &mut meter,
+        ));
         assert!(matches!(
             short,
             Err(StepError::Incomplete {
@@ -325,8 +360,15 @@ mod tests {
     fn half_precision_gradients_follow_the_f32_ones() {
         let (model, x, mut meter) = setup();
         let run = |precision: Precision, meter: &mut MemoryMeter| {
-            let (mut grads, loss, _) =
-                accumulate_gradients(&model, [x.clone()], 8, false, precision, meter).unwrap();
+            let (mut grads, loss, _) = block_on(accumulate_gradients(
+                &model,
+                [x.clone()],
+                8,
+                false,
+                precision,
+                meter,
+            ))
+            .unwrap();
             scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
             (flatten(&model, &grads), loss)
         };
@@ -356,17 +398,17 @@ mod tests {
     #[test]
     fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
         let (model, x, mut meter) = setup();
-        let (grads, _, _) = accumulate_gradients(
+        let (grads, _, _) = block_on(accumulate_gradients(
             &model,
             [Patches::unlabelled(x.values.mul_scalar(50.0))],
             8,
             false,
             Precision::F32,
             &mut meter,
-        )
+        ))
         .unwrap();
         let before = flatten(&model, &grads);
-        let norm = global_norm(&model, &grads);
+        let norm = block_on(global_norm(&model, &grads)).unwrap();
         let direct = before
             .iter()
             .map(|v| (*v as f64).powi(2))
@@ -375,10 +417,10 @@ mod tests {
         assert!((norm - direct).abs() <= 1e-3 * direct, "{norm} vs {direct}");
         let max_norm = norm / 4.0;
         let mut clipped = grads;
-        let reported = clip_global_norm(&model, &mut clipped, max_norm);
+        let reported = block_on(clip_global_norm(&model, &mut clipped, max_norm)).unwrap();
         assert!((reported - norm).abs() < 1e-9);
         let after = flatten(&model, &clipped);
-        let after_norm = global_norm(&model, &clipped);
+        let after_norm = block_on(global_norm(&model, &clipped)).unwrap();
         assert!(
             (after_norm - max_norm).abs() <= 1e-3 * max_norm,
             "{after_norm} vs {max_norm}"
@@ -391,7 +433,7 @@ mod tests {
         }
         // Below the threshold nothing changes.
         let mut again = clipped;
-        clip_global_norm(&model, &mut again, max_norm * 10.0);
+        block_on(clip_global_norm(&model, &mut again, max_norm * 10.0)).unwrap();
         assert_eq!(flatten(&model, &again), after);
     }
 }

@@ -10,6 +10,7 @@ use headroom_core::memory::MemoryMeter;
 use headroom_core::model::Patches;
 use headroom_core::model::nearest_code::{fused_on, fused_runs, nearest_codes};
 use headroom_core::model::{LayerForms, VqAutoencoderConfig};
+use headroom_core::readback::block_on;
 use headroom_core::step::{StepSettings, optimizer_step};
 
 fn codes(t: Tensor<1, Int>) -> Vec<i64> {
@@ -120,13 +121,13 @@ fn the_kernel_path_trains_like_the_plain_path() {
                 warming_up: false,
                 precision: Default::default(),
             };
-            let (next, report) = optimizer_step(
+            let (next, report) = block_on(optimizer_step(
                 model,
                 &mut optimizer,
                 [Patches::unlabelled(batch.clone())],
                 settings,
                 &mut meter,
-            )
+            ))
             .unwrap();
             model = next;
             losses.push(report.loss);

@@ -1,6 +1,7 @@
 //! Ordered read-ahead on worker threads: jobs run in parallel, results come back in job
 //! order, and at most `depth` results exist at once (queued, in progress or waiting to be
-//! taken), which is what bounds the loader's host memory.
+//! taken), which is what bounds the loader's host memory. With no workers, each job runs on
+//! the consumer's thread when its result is taken: a web page has no threads to spawn.
 //!
 //! Written here rather than taken from rayon: rayon's parallel iterators collect a whole
 //! input before yielding and have no bound on results held ahead of the consumer.
@@ -13,6 +14,8 @@ type Job<J> = (u64, J);
 
 pub struct Prefetch<J, T> {
     jobs: Box<dyn Iterator<Item = J> + Send>,
+    /// Set when there are no workers: jobs run as their results are taken.
+    inline: Option<Arc<dyn Fn(J) -> T + Send + Sync>>,
     to_workers: Option<Sender<Job<J>>>,
     from_workers: Receiver<(u64, T)>,
     waiting: BTreeMap<u64, T>,
@@ -22,6 +25,8 @@ pub struct Prefetch<J, T> {
 }
 
 impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
+    /// Runs `work` on each of `jobs` on `workers` threads, `depth` results ahead of the
+    /// consumer; `workers == 0` runs each job on the consumer's thread instead.
     pub fn new(
         jobs: impl Iterator<Item = J> + Send + 'static,
         workers: usize,
@@ -30,9 +35,21 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
     ) -> Self {
         let (to_workers, queue) = channel::<Job<J>>();
         let (results, from_workers) = channel();
+        if workers == 0 {
+            return Self {
+                jobs: Box::new(jobs),
+                inline: Some(Arc::new(work)),
+                to_workers: None,
+                from_workers,
+                waiting: BTreeMap::new(),
+                issued: 0,
+                yielded: 0,
+                depth: 1,
+            };
+        }
         let queue = Arc::new(Mutex::new(queue));
         let work = Arc::new(work);
-        for _ in 0..workers.max(1) {
+        for _ in 0..workers {
             let (queue, results, work) = (queue.clone(), results.clone(), work.clone());
             std::thread::spawn(move || {
                 loop {
@@ -50,6 +67,7 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
         }
         let mut prefetch = Self {
             jobs: Box::new(jobs),
+            inline: None,
             to_workers: Some(to_workers),
             from_workers,
             waiting: BTreeMap::new(),
@@ -79,6 +97,9 @@ impl<J: Send + 'static, T: Send + 'static> Iterator for Prefetch<J, T> {
     type Item = T;
 
     fn next(&mut self) -> Option<T> {
+        if let Some(work) = &self.inline {
+            return self.jobs.next().map(|job| work(job));
+        }
         if self.yielded == self.issued {
             return None;
         }
@@ -148,6 +169,23 @@ mod tests {
             "{} alive at once",
             most.load(Ordering::SeqCst)
         );
+    }
+
+    #[test]
+    fn without_workers_each_job_runs_on_the_consumers_thread_when_taken() {
+        let consumer = std::thread::current().id();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        let mut prefetch = Prefetch::new(0..5u64, 0, 3, move |i| {
+            assert_eq!(std::thread::current().id(), consumer);
+            counter.fetch_add(1, Ordering::SeqCst);
+            i * 10
+        });
+        // Nothing runs ahead: the job runs when its result is asked for.
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(prefetch.next(), Some(0));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert_eq!(prefetch.collect::<Vec<_>>(), vec![10, 20, 30, 40]);
     }
 
     #[test]

@@ -16,12 +16,19 @@ const TILE: u32 = 32u;
 @group(0) @binding(3) var<storage, read_write> params: vec4<u32>;
 
 var<workgroup> tile: array<f32, 2048>; // TILE x MAX_DIM
+var<workgroup> shared_codes: u32;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) global: vec3<u32>,
         @builtin(local_invocation_id) local: vec3<u32>) {
     let positions = params.x;
-    let codes = params.y;
+    // The barriers below need uniform control flow, and WGSL counts a value read from a
+    // read_write storage buffer as non-uniform: Chrome's compiler (Tint) refuses the loop
+    // over codes unless its bound comes through workgroupUniformLoad (naga let it pass).
+    if (local.x == 0u) {
+        shared_codes = params.y;
+    }
+    let codes = workgroupUniformLoad(&shared_codes);
     let dim = params.z;
     let position = global.x;
     let in_range = position < positions;
@@ -34,7 +41,9 @@ fn main(@builtin(global_invocation_id) global: vec3<u32>,
     }
 
     var best = 0u;
-    var best_dist = 3.4028235e38;
+    // f32's largest finite value, exactly: Tint refuses the decimal 3.4028235e38, which
+    // rounds above it.
+    var best_dist = bitcast<f32>(0x7f7fffffu);
     for (var start = 0u; start < codes; start = start + TILE) {
         let count = min(TILE, codes - start);
         // Every invocation helps load the tile, in range or not, before the barrier.

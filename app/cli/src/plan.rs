@@ -9,6 +9,7 @@ use headroom_core::memory::{MemoryMeter, parse_size};
 use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig, WithModel, with_default};
 use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
 use headroom_core::precision::Precision;
+use headroom_core::readback::block_on;
 use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;
@@ -74,7 +75,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
             resident_bytes: resident,
             read_ahead: plan::ReadAhead::NONE,
         };
-        plan::unchecked(target, &model, &planning, share)?
+        block_on(plan::unchecked(target, &model, &planning, share))?
     } else {
         // As `train` plans: the dataset opened first, so what it holds counts.
         let mut config = TrainConfig {
@@ -142,11 +143,17 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
 /// larger sizes (docs/PLANNER.md), and a what-if plan reaches thousands of patches with no
 /// dry-run to correct it.
 fn calibrate_for_large_plans<C: ModelConfig>(target: Target, model: &C) -> Result<Calibration> {
-    let mut calibration = plan::calibrate(target, model)?;
+    let mut calibration = block_on(plan::calibrate(target, model))?;
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     let [_, large] = plan::calibration_patches(model, target.backend);
     for precision in std::iter::once(Precision::F32).chain(half) {
-        let step = plan::measure_step(target, model, 4 * large, precision, false)?;
+        let step = block_on(plan::measure_step(
+            target,
+            model,
+            4 * large,
+            precision,
+            false,
+        ))?;
         plan::learn(&mut calibration, step);
     }
     Ok(calibration)
@@ -391,7 +398,7 @@ struct Verified {
 fn verify<C: ModelConfig>(spec: &str, json: bool, target: Target, model: &C) -> Result<()> {
     let backend = target.backend;
     let configs = parse_configs(spec)?;
-    let calibration = plan::calibrate(target, model)?;
+    let calibration = block_on(plan::calibrate(target, model))?;
     let mut rows = Vec::with_capacity(configs.len());
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     for config in configs {
@@ -415,8 +422,14 @@ fn verify<C: ModelConfig>(spec: &str, json: bool, target: Target, model: &C) -> 
                     "{precision} with checkpointing was not calibrated; verify one or the other"
                 )
             })?;
-        let measured =
-            plan::measure_step(target, model, patches, precision, checkpointing)?.peak_bytes;
+        let measured = block_on(plan::measure_step(
+            target,
+            model,
+            patches,
+            precision,
+            checkpointing,
+        ))?
+        .peak_bytes;
         let row = Verified {
             micro_batch,
             n_patches,

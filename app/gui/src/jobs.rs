@@ -125,7 +125,8 @@ pub fn calibrate(outbox: Outbox, target: Target, model: String) {
     impl WithModel for Calibrate {
         type Output = Result<Calibration, String>;
         fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-            headroom_core::plan::calibrate(self.0, &model).map_err(|e| e.to_string())
+            headroom_core::readback::block_on(headroom_core::plan::calibrate(self.0, &model))
+                .map_err(|e| e.to_string())
         }
     }
     std::thread::spawn(move || {

@@ -16,6 +16,7 @@ use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::{LayerForms, ModelConfig, Patches, VqAutoencoderConfig};
+use crate::readback::block_on;
 use crate::step::{StepError, StepSettings, optimizer_step};
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +148,13 @@ pub fn run_model<C: ModelConfig>(
         let started = Instant::now();
         let batches = (0..config.accumulation).map(|_| Patches::random(shape, classes, n, &device));
         let settings = config.step_settings(n * config.accumulation);
-        let (next, _) = optimizer_step(model, &mut optimizer, batches, settings, &mut meter)?;
+        let (next, _) = block_on(optimizer_step(
+            model,
+            &mut optimizer,
+            batches,
+            settings,
+            &mut meter,
+        ))?;
         model = next;
         // The step's scalars were read back, so its work is done; syncing covers lazy backends.
         let _ = device.sync();

@@ -23,7 +23,8 @@ use crate::memory::MemoryMeter;
 use crate::model::Patches;
 use crate::model::layers::{conv, up};
 use crate::model::{LayerForms, VqAutoencoder, VqAutoencoderConfig};
-use crate::step::{clip_global_norm, micro_batch_gradients, optimizer_step};
+use crate::readback::block_on;
+use crate::step::{StepError, clip_global_norm, micro_batch_gradients, optimizer_step};
 
 /// One op's median time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -186,17 +187,17 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
     let optimizer_ms = {
         let mut times = Vec::new();
         for _ in 0..=reps {
-            let (mut grads, _, _) = micro_batch_gradients(
+            let (mut grads, _, _) = block_on(micro_batch_gradients(
                 &model,
                 Patches::unlabelled(random([n, 1, 64, 64], &device)),
                 n,
                 false,
                 config.precision,
                 &mut meter,
-            )?;
+            ))?;
             let _ = device.sync();
             let started = Instant::now();
-            clip_global_norm(&model, &mut grads, 1.0);
+            block_on(clip_global_norm(&model, &mut grads, 1.0)).map_err(StepError::from)?;
             model = optimizer.step(1e-3, model, grads);
             times.push(since(started, &device));
         }
@@ -211,7 +212,13 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
         let batch = Patches::unlabelled(random([n, 1, 64, 64], &device));
         let _ = device.sync();
         let started = Instant::now();
-        let (next, _) = optimizer_step(model, &mut optimizer, [batch], settings, &mut meter)?;
+        let (next, _) = block_on(optimizer_step(
+            model,
+            &mut optimizer,
+            [batch],
+            settings,
+            &mut meter,
+        ))?;
         model = next;
         let seconds = since(started, &device);
         if rep > 0 {

@@ -18,6 +18,7 @@ use crate::checkpoint::new_optimizer;
 use crate::memory::{MemoryMeter, MemorySource};
 use crate::model::Patches;
 use crate::model::VqAutoencoderConfig;
+use crate::readback::block_on;
 use crate::step::{StepError, optimizer_step};
 
 /// One reading.
@@ -64,7 +65,13 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
         ))
     };
     let settings = config.step_settings(n);
-    let (warm, _) = optimizer_step(model, &mut optimizer, [random()], settings, &mut meter)?;
+    let (warm, _) = block_on(optimizer_step(
+        model,
+        &mut optimizer,
+        [random()],
+        settings,
+        &mut meter,
+    ))?;
     model = warm;
     meter.cleanup();
     let _ = device.sync();

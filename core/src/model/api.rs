@@ -96,9 +96,16 @@ pub trait SpectrogramModel: Module + Clone + std::fmt::Debug + Send + 'static {
 
     /// What happens when the warm-up ends, given the train split's patches on a device
     /// without autodiff (the VQ autoencoder draws its codebook from its encoder's outputs);
-    /// `seed` makes any draw reproducible.
-    fn end_warm_up(self, _train: &mut dyn Iterator<Item = Patches>, _seed: u64) -> Self {
-        self
+    /// `seed` makes any draw reproducible. `async` because reading values back from a device
+    /// is (`crate::readback`).
+    // The engine awaits on one thread, so the future need not be `Send`.
+    #[allow(async_fn_in_trait)]
+    async fn end_warm_up(
+        self,
+        _train: &mut dyn Iterator<Item = Patches>,
+        _seed: u64,
+    ) -> Result<Self, crate::readback::ReadbackError> {
+        Ok(self)
     }
 }
 

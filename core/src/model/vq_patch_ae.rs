@@ -409,22 +409,25 @@ impl SpectrogramModel for VqAutoencoder {
 
     /// Draws the initial codebook from the encoder's outputs on train patches (see
     /// [`VqAutoencoder::set_codebook`]): one latent vector per code, from distinct positions.
-    fn end_warm_up(self, train: &mut dyn Iterator<Item = Patches>, seed: u64) -> Self {
+    async fn end_warm_up(
+        self,
+        train: &mut dyn Iterator<Item = Patches>,
+        seed: u64,
+    ) -> Result<Self, crate::readback::ReadbackError> {
         let [codes, channels] = self.codebook.val().dims();
         let device = self.codebook.val().device();
         let encoder = self.valid();
         let mut latents: Vec<f32> = Vec::new();
         for batch in train {
             let z = encoder.encode(batch.values).permute([0, 2, 3, 1]);
-            let data = z.into_data().convert::<f32>();
-            latents.extend_from_slice(data.as_slice::<f32>().unwrap_or(&[]));
+            latents.extend(crate::readback::floats(z).await?);
             if latents.len() >= LATENTS_PER_CODE * codes * channels {
                 break;
             }
         }
         let positions = latents.len() / channels;
         if positions == 0 {
-            return self;
+            return Ok(self);
         }
         let mut order: Vec<usize> = (0..positions).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0xc0de_b00c));
@@ -434,7 +437,7 @@ impl SpectrogramModel for VqAutoencoder {
             chosen.extend_from_slice(&latents[p * channels..(p + 1) * channels]);
         }
         let codebook = Tensor::from_data(TensorData::new(chosen, [codes, channels]), &device);
-        self.set_codebook(codebook)
+        Ok(self.set_codebook(codebook))
     }
 }
 

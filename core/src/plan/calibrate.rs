@@ -13,6 +13,7 @@ use crate::memory::MemoryMeter;
 use crate::model::{ModelConfig, Patches};
 pub use crate::planned::StepMeasurement;
 use crate::precision::Precision;
+use crate::readback;
 use crate::step::{StepError, StepSettings, optimizer_step};
 
 /// Patches per micro-batch of the two calibration steps for a model whose patches the
@@ -60,19 +61,19 @@ pub enum CalibrationError {
 
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
 /// `patches` random patches per micro-batch, on a model of its own that is dropped after.
-pub fn measure_step<C: ModelConfig>(
+pub async fn measure_step<C: ModelConfig>(
     target: Target,
     model: &C,
     patches: usize,
     precision: Precision,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
-    measure_accumulating_step(target, model, patches, 1, precision, checkpointing)
+    measure_accumulating_step(target, model, patches, 1, precision, checkpointing).await
 }
 
 /// As [`measure_step`], with `micro_batches` micro-batches of `patches` in the measured step
 /// (a plan's dry-run: from the second micro-batch on, the gradients summed so far are held).
-pub fn measure_accumulating_step<C: ModelConfig>(
+pub async fn measure_accumulating_step<C: ModelConfig>(
     target: Target,
     model: &C,
     patches: usize,
@@ -123,10 +124,12 @@ pub fn measure_accumulating_step<C: ModelConfig>(
             // The run keeps the model it had until the step succeeds (so that a step out of
             // memory can be redone smaller): its parameters are alive beside the new ones.
             let kept = net.clone();
-            let (next, _) = optimizer_step(net, &mut optimizer, batches, settings, &mut meter)?;
+            let (next, _) =
+                optimizer_step(net, &mut optimizer, batches, settings, &mut meter).await?;
             drop(kept);
             net = next;
-            let _ = device.sync();
+            // The step's scalars were read, so its work is done; this covers lazy backends.
+            let _ = readback::settle(&device).await;
             if round == 1 {
                 seconds = started.elapsed().as_secs_f64();
                 peak = meter.sample().peak_bytes;
@@ -168,14 +171,14 @@ pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationEr
 
 /// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
 /// the device's half precision without.
-pub fn calibrate<C: ModelConfig>(
+pub async fn calibrate<C: ModelConfig>(
     target: Target,
     model: &C,
 ) -> Result<Calibration, CalibrationError> {
     let [small, large] = calibration_patches(model, target.backend);
     // The first step in a process also sets up what stays for its life (thread pools, kernel
     // caches); measured, that would count as the step's own cost.
-    measure_step(target, model, 1, Precision::F32, false)?;
+    measure_step(target, model, 1, Precision::F32, false).await?;
     let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
     if let Some(half) = half_precision(target)? {
         variants.push((half, false));
@@ -183,13 +186,8 @@ pub fn calibrate<C: ModelConfig>(
     let mut measurements = Vec::with_capacity(2 * variants.len());
     for (precision, checkpointing) in variants {
         for patches in [small, large] {
-            measurements.push(measure_step(
-                target,
-                model,
-                patches,
-                precision,
-                checkpointing,
-            )?);
+            measurements
+                .push(measure_step(target, model, patches, precision, checkpointing).await?);
         }
     }
     // An accumulating step holds one set of summed gradients beyond a single micro-batch's

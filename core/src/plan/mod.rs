@@ -140,13 +140,13 @@ fn in_use_now(target: Target) -> u64 {
 }
 
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
-pub fn unchecked<C: ModelConfig>(
+pub async fn unchecked<C: ModelConfig>(
     target: Target,
     model: &C,
     planning: &Planning,
     share: RunShare,
 ) -> Result<Prepared, PlanningError> {
-    let calibration = calibrate(target, model)?;
+    let calibration = calibrate(target, model).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
     let plan = search(
         &calibration.memory,
@@ -165,14 +165,14 @@ pub fn unchecked<C: ModelConfig>(
 /// Every dry-run becomes a point of the memory model, so the next search reads the plan's
 /// size from a measurement there; a plan is taken once its own size was measured and it
 /// still fits. Reports a `dry_run` event per measured step and the final `plan` event.
-pub fn prepare<C: ModelConfig>(
+pub async fn prepare<C: ModelConfig>(
     target: Target,
     model: &C,
     planning: &Planning,
     share: RunShare,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
-    let mut calibration = calibrate(target, model)?;
+    let mut calibration = calibrate(target, model).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
     let request = planning.request(resident, share.read_ahead);
     let mut last = String::new();
@@ -197,7 +197,8 @@ pub fn prepare<C: ModelConfig>(
             plan.accumulation.min(2),
             plan.precision,
             plan.checkpointing,
-        )?;
+        )
+        .await?;
         let beside = resident + share.read_ahead.bytes(plan.micro_batch);
         let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;

@@ -125,7 +125,10 @@ pub fn describe(device: &burn::tensor::Device) -> Option<String> {
     use burn::backend::{CubeDevice, DispatchDevice};
 
     let device = device.clone().without_autodiff();
-    let name = device.identity()?.name;
+    // Browsers leave the adapter's name out unless the user allows it (fingerprinting).
+    let name = Some(device.identity()?.name)
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "an unnamed adapter".to_string());
     let api = match device.as_dispatch() {
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(cube @ CubeDevice::Wgpu(wgpu_device)) => {
@@ -502,17 +505,17 @@ mod vulkan {
         pub free: MemoryFigure,
     }
 
-    #[cfg(target_os = "macos")]
+    #[cfg(any(target_os = "macos", target_arch = "wasm32"))]
     pub fn heaps() -> Vec<Heap> {
         Vec::new()
     }
 
-    #[cfg(not(target_os = "macos"))]
+    #[cfg(not(any(target_os = "macos", target_arch = "wasm32")))]
     pub fn heaps() -> Vec<Heap> {
         query().unwrap_or_default()
     }
 
-    #[cfg(not(target_os = "macos"))]
+    #[cfg(not(any(target_os = "macos", target_arch = "wasm32")))]
     fn query() -> Option<Vec<Heap>> {
         use ash::vk;
 

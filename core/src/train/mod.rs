@@ -31,6 +31,9 @@ use crate::plan::{
     Calibration, Plan, PlanError, Planning, PlanningError, Prepared, ReadAhead, RunShare,
 };
 use crate::precision::Precision;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::readback::block_on;
+use crate::readback::{self, LocalFuture, ReadbackError};
 use crate::step;
 
 /// Out-of-memory recoveries in a row before a run stops: each re-plans the micro-batch from
@@ -70,6 +73,10 @@ pub enum TrainError {
     Planning(#[from] PlanningError),
     #[error(transparent)]
     Step(#[from] step::StepError),
+    #[error(transparent)]
+    Readback(#[from] ReadbackError),
+    #[error(transparent)]
+    Score(#[from] eval::ScoreError),
     #[error(
         "out of memory at step {step} after {recoveries} recoveries in a row, at micro-batch \
          {micro_batch} x {n_patches} patches: {detail}. {saved}Raise --memory-budget, \
@@ -194,7 +201,7 @@ struct Planned {
 /// Plans the run when asked, before its model exists, so that the dry-run measures the
 /// step alone; the config takes the plan's micro-batch, patches, accumulation and
 /// checkpointing. `resident_store`: whether the spectrograms stay in host memory.
-fn plan_run<C: ModelConfig>(
+async fn plan_run<C: ModelConfig>(
     config: &mut TrainConfig,
     model: &C,
     options: &RunOptions,
@@ -211,7 +218,8 @@ fn plan_run<C: ModelConfig>(
         &options.loader,
         resident_store,
         &mut events,
-    )?;
+    )
+    .await?;
     Ok(Planned {
         prepared: Some(prepared),
         events,
@@ -219,7 +227,7 @@ fn plan_run<C: ModelConfig>(
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
-fn prepare_run<C: ModelConfig>(
+async fn prepare_run<C: ModelConfig>(
     config: &mut TrainConfig,
     model: &C,
     planning: &Planning,
@@ -234,7 +242,7 @@ fn prepare_run<C: ModelConfig>(
             .allocated_bytes,
         read_ahead: read_ahead_counted(config, model.input(), loader, resident_store),
     };
-    let prepared = crate::plan::prepare(config.target(), model, planning, share, sink)?;
+    let prepared = crate::plan::prepare(config.target(), model, planning, share, sink).await?;
     let plan = &prepared.plan;
     config.n_patches = plan.n_patches;
     config.step_clips = Some(plan.effective_batch / plan.n_patches);
@@ -247,7 +255,18 @@ fn prepare_run<C: ModelConfig>(
 /// The plan a fresh run of `config` would train with, made as [`Trainer::new`] makes it (the
 /// dataset opened and checked first, so its memory and the read-ahead count), without
 /// training: what `trainer-cli plan` shows. Reports the `dry_run` and `plan` events.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn plan_only(
+    config: TrainConfig,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
+    block_on(plan_only_async(config, planning, loader, sink))
+}
+
+/// [`plan_only`], awaited.
+pub async fn plan_only_async(
     config: TrainConfig,
     planning: &Planning,
     loader: &LoaderOptions,
@@ -259,21 +278,23 @@ pub fn plan_only(
         loader: &'a LoaderOptions,
         sink: &'a mut dyn EventSink,
     }
-    impl WithModel for PlanOnly<'_> {
-        type Output = Result<Prepared, TrainError>;
+    impl<'a> WithModel for PlanOnly<'a> {
+        type Output = LocalFuture<'a, Result<Prepared, TrainError>>;
         fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-            let PlanOnly {
-                mut config,
-                planning,
-                loader,
-                sink,
-            } = self;
-            config.validate()?;
-            let mut data = dataset::open(&config, loader)?;
-            data.check(config.patch_spec(model.input()))?;
-            let model = model.for_machines(&data.machines)?;
-            let resident = data.store.is_resident();
-            prepare_run(&mut config, &model, planning, loader, resident, sink)
+            Box::pin(async move {
+                let PlanOnly {
+                    mut config,
+                    planning,
+                    loader,
+                    sink,
+                } = self;
+                config.validate()?;
+                let mut data = dataset::open(&config, loader)?;
+                data.check(config.patch_spec(model.input()))?;
+                let model = model.for_machines(&data.machines)?;
+                let resident = data.store.is_resident();
+                prepare_run(&mut config, &model, planning, loader, resident, sink).await
+            })
         }
     }
     let spec = config.model.clone();
@@ -286,6 +307,7 @@ pub fn plan_only(
             sink,
         },
     )?
+    .await
 }
 
 /// The read-ahead as the budget sees it: host memory counts on the CPU backends only.
@@ -305,7 +327,7 @@ fn read_ahead_counted(
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
 /// (they decide what each step reads), and first tries its saved split, unless the user
 /// named another; only when that does not fit is the split planned afresh.
-fn replan_resumed<C: ModelConfig>(
+async fn replan_resumed<C: ModelConfig>(
     config: &mut TrainConfig,
     model: &C,
     options: &RunOptions,
@@ -326,11 +348,11 @@ fn replan_resumed<C: ModelConfig>(
         loader: options.loader.clone(),
         ..RunOptions::default()
     };
-    match plan_run(config, model, &with(saved), resident_store) {
+    match plan_run(config, model, &with(saved), resident_store).await {
         Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
             if saved != keep =>
         {
-            plan_run(config, model, &with(keep), resident_store)
+            plan_run(config, model, &with(keep), resident_store).await
         }
         other => other,
     }
@@ -366,7 +388,13 @@ fn refit_micro_batch(
 
 impl<M: SpectrogramModel> ModelTrainer<M> {
     /// A fresh run of `config`, whose `model` names `M` (`ModelSpec::of`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
+        block_on(Self::new_async(config, options))
+    }
+
+    /// [`ModelTrainer::new`], awaited.
+    pub async fn new_async(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         config.validate()?;
         let model_config: M::Config = config.model.config()?;
         // A fresh run never writes over another run's checkpoints.
@@ -384,7 +412,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let mut config = config;
         config.model = ModelSpec::of(&model_config);
         let resident = data.store.is_resident();
-        let planned = plan_run(&mut config, &model_config, &options, resident)?;
+        let planned = plan_run(&mut config, &model_config, &options, resident).await?;
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
         let model = model_config.init(&device);
@@ -401,7 +429,17 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     /// Continues the run saved at `path`, with the `changes` a resumed run may make (a longer
     /// run, another device, other checkpoint and validation intervals); the planner in
     /// `options` may split its steps differently, the effective batch kept.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn resume(
+        path: &std::path::Path,
+        changes: &ResumeChanges,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
+        block_on(Self::resume_async(path, changes, options))
+    }
+
+    /// [`ModelTrainer::resume`], awaited.
+    pub async fn resume_async(
         path: &std::path::Path,
         changes: &ResumeChanges,
         options: RunOptions,
@@ -415,7 +453,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         data.check(config.patch_spec(model_config.input()))?;
         // A resumed run may be planned again (another device, another budget).
         let resident = data.store.is_resident();
-        let planned = replan_resumed(&mut config, &model_config, &options, resident)?;
+        let planned = replan_resumed(&mut config, &model_config, &options, resident).await?;
         let device = config.target().training_device(config.checkpointing)?;
         let loaded = checkpoint::load::<M::Config>(path, &device)?;
         let start = Start {
@@ -558,7 +596,13 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
 
     /// Trains until the run length is reached or a stop is asked for. Always ends with a
     /// validation pass and, when there is an output directory, a checkpoint.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        block_on(self.run_async(sink))
+    }
+
+    /// [`ModelTrainer::run`], awaited.
+    pub async fn run_async(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
         let started = Instant::now();
         for event in self.pending.drain(..) {
             sink.emit(event);
@@ -573,11 +617,11 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 stopped_early = true;
                 break;
             }
-            let report = match self.train_step() {
+            let report = match self.train_step().await {
                 Ok(report) => report,
                 Err(TrainError::Step(error)) if error.is_out_of_memory() => {
                     recoveries += 1;
-                    self.recover(error, recoveries, sink)?;
+                    self.recover(error, recoveries, sink).await?;
                     continue;
                 }
                 Err(other) => return Err(other),
@@ -601,7 +645,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             if every(step, self.config.validate_every) && !last {
                 sink.emit(Event::Validation {
                     step,
-                    loss: self.validation_loss()?,
+                    loss: self.validation_loss_async().await?,
                 });
             }
             if every(step, self.config.checkpoint_every) && !last {
@@ -611,7 +655,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         if !self.data.validation.is_empty() {
             sink.emit(Event::Validation {
                 step: self.step,
-                loss: self.validation_loss()?,
+                loss: self.validation_loss_async().await?,
             });
         }
         self.checkpoint(sink)?;
@@ -628,7 +672,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     /// After an out-of-memory step: free what it held, split the effective batch finer, and
     /// let the loop redo the step. Nothing of the model or optimizer changed (see
     /// [`step::StepError`]), so the redone step is the step a smaller plan would have run.
-    fn recover(
+    async fn recover(
         &mut self,
         error: step::StepError,
         in_a_row: u32,
@@ -638,7 +682,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let c = &self.config;
         let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
         let next = if in_a_row <= MAX_RECOVERIES_IN_A_ROW {
-            self.recovery_micro_batch(&error, mb)?
+            self.recovery_micro_batch(&error, mb).await?
         } else {
             None
         };
@@ -685,7 +729,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
     /// steps (calibrated now when the run was not planned) and the peak this step reached,
     /// or half when the device failed without a reading.
-    fn recovery_micro_batch(
+    async fn recovery_micro_batch(
         &mut self,
         error: &step::StepError,
         micro_batch: usize,
@@ -695,6 +739,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         };
         if self.calibration.is_none() {
             let calibration = crate::plan::calibrate(self.config.target(), &self.model_config)
+                .await
                 .map_err(PlanningError::from)?;
             self.calibration = Some(calibration);
         }
@@ -733,11 +778,11 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
-    fn train_step(&mut self) -> Result<StepReport, TrainError> {
+    async fn train_step(&mut self) -> Result<StepReport, TrainError> {
         let warmup = self.config.quantizer_warmup_steps.unwrap_or(0);
         // Outside the step's time and memory window: drawing the codebook is set-up.
         if self.step == warmup {
-            self.end_warm_up()?;
+            self.end_warm_up().await?;
         }
         let started = Instant::now();
         let c = &self.config;
@@ -777,7 +822,8 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             micro_batches,
             settings,
             &mut self.meter,
-        );
+        )
+        .await;
         if let Some(error) = read_error {
             return Err(error.into());
         }
@@ -828,7 +874,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
 
     /// Ends the model's warm-up with the train split's patches, read in order on the device
     /// without autodiff; outside the step's time and memory window, as set-up is.
-    fn end_warm_up(&mut self) -> Result<(), TrainError> {
+    async fn end_warm_up(&mut self) -> Result<(), TrainError> {
         let plain = self.device.clone().without_autodiff();
         let mut read_error = None;
         let mut clips = self.data.train.iter();
@@ -842,14 +888,18 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 }
             }
         });
-        let model = self.model.clone().end_warm_up(
-            &mut patches as &mut dyn Iterator<Item = Patches>,
-            self.config.seed,
-        );
+        let model = self
+            .model
+            .clone()
+            .end_warm_up(
+                &mut patches as &mut dyn Iterator<Item = Patches>,
+                self.config.seed,
+            )
+            .await;
         if let Some(error) = read_error {
             return Err(error);
         }
-        self.model = model;
+        self.model = model?;
         Ok(())
     }
 
@@ -860,7 +910,13 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     }
 
     /// Mean loss over the held-out clips, evaluated without autodiff.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn validation_loss(&self) -> Result<f64, TrainError> {
+        block_on(self.validation_loss_async())
+    }
+
+    /// [`ModelTrainer::validation_loss`], awaited.
+    pub async fn validation_loss_async(&self) -> Result<f64, TrainError> {
         let model = self.model.valid();
         let device = self.device.clone().without_autodiff();
         let (mut sum, mut n) = (0.0, 0usize);
@@ -869,7 +925,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             for part in batch.chunks(self.eval_chunk()) {
                 let patches = part.patches;
                 let loss = model.loss(part.to_tensor(&device), Precision::F32, false);
-                sum += loss.total.into_scalar::<f32>() as f64 * patches as f64;
+                sum += readback::scalar(loss.total).await? as f64 * patches as f64;
                 n += patches;
             }
         }
@@ -878,7 +934,13 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
 
     /// Scores the test split (per-clip mean patch error) and its AUC and pAUC per machine
     /// type and ID.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn evaluate(&self) -> Result<Evaluation, TrainError> {
+        block_on(self.evaluate_async())
+    }
+
+    /// [`ModelTrainer::evaluate`], awaited.
+    pub async fn evaluate_async(&self) -> Result<Evaluation, TrainError> {
         let settings = ScoreSettings {
             shape: self.model_config.input(),
             stride: self.config.eval_stride,
@@ -896,6 +958,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             settings,
             Vec::new(),
         )
+        .await
     }
 
     /// What the run reads, and how.
@@ -943,7 +1006,18 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
 /// Scores the test split of `source` (or of the run's own dataset) with the model saved at
 /// `path`, as `trainer-cli eval` does. Features are read with the run's settings, so a
 /// model is scored on what it was trained on.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn evaluate_checkpoint(
+    path: &std::path::Path,
+    source: Option<DatasetSource>,
+    target: Option<Target>,
+    loader: LoaderOptions,
+) -> Result<Evaluation, TrainError> {
+    block_on(evaluate_checkpoint_async(path, source, target, loader))
+}
+
+/// [`evaluate_checkpoint`], awaited.
+pub async fn evaluate_checkpoint_async(
     path: &std::path::Path,
     source: Option<DatasetSource>,
     target: Option<Target>,
@@ -954,35 +1028,38 @@ pub fn evaluate_checkpoint(
         config: TrainConfig,
         loader: LoaderOptions,
     }
-    impl WithModel for Evaluate<'_> {
-        type Output = Result<Evaluation, TrainError>;
+    impl<'a> WithModel for Evaluate<'a> {
+        type Output = LocalFuture<'a, Result<Evaluation, TrainError>>;
         fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-            let Evaluate {
-                path,
-                config,
-                loader,
-            } = self;
-            let device = config.target().training_device(false)?;
-            let loaded = checkpoint::load::<C>(path, &device)?;
-            let data = dataset::open(&config, &loader)?;
-            let plain = device.without_autodiff();
-            let settings = ScoreSettings {
-                shape: model.input(),
-                stride: config.eval_stride,
-                chunk: (config.micro_batch * config.n_patches).max(1),
-                workers: loader.workers,
-                on_bad_file: loader.on_bad_file,
-            };
-            let skipped = data.skipped.clone();
-            let normalization = loaded.state.normalization;
-            score_test_split(
-                &loaded.model,
-                &plain,
-                &data,
-                &normalization,
-                settings,
-                skipped,
-            )
+            Box::pin(async move {
+                let Evaluate {
+                    path,
+                    config,
+                    loader,
+                } = self;
+                let device = config.target().training_device(false)?;
+                let loaded = checkpoint::load::<C>(path, &device)?;
+                let data = dataset::open(&config, &loader)?;
+                let plain = device.without_autodiff();
+                let settings = ScoreSettings {
+                    shape: model.input(),
+                    stride: config.eval_stride,
+                    chunk: (config.micro_batch * config.n_patches).max(1),
+                    workers: loader.workers,
+                    on_bad_file: loader.on_bad_file,
+                };
+                let skipped = data.skipped.clone();
+                let normalization = loaded.state.normalization;
+                score_test_split(
+                    &loaded.model,
+                    &plain,
+                    &data,
+                    &normalization,
+                    settings,
+                    skipped,
+                )
+                .await
+            })
         }
     }
     let state = checkpoint::read_state(path)?;
@@ -1003,10 +1080,11 @@ pub fn evaluate_checkpoint(
             loader,
         },
     )?
+    .await
 }
 
 /// Scores `data`'s test clips; `skipped` lists files already left out.
-fn score_test_split<M: SpectrogramModel>(
+async fn score_test_split<M: SpectrogramModel>(
     model: &M,
     device: &Device,
     data: &RunData,
@@ -1023,7 +1101,8 @@ fn score_test_split<M: SpectrogramModel>(
         normalization,
         settings,
         &mut skipped,
-    )?;
+    )
+    .await?;
     let mut report = eval::report(&scores);
     report.skipped = skipped;
     Ok(Evaluation { report, scores })
@@ -1032,9 +1111,25 @@ fn score_test_split<M: SpectrogramModel>(
 /// What front-ends drive: a run, whichever model it trains (through [`Trainer`]). Each
 /// method is [`ModelTrainer`]'s of the same name.
 pub trait Run {
-    fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError>;
-    fn evaluate(&self) -> Result<Evaluation, TrainError>;
-    fn validation_loss(&self) -> Result<f64, TrainError>;
+    /// [`ModelTrainer::run_async`].
+    fn run_async<'a>(
+        &'a mut self,
+        sink: &'a mut dyn EventSink,
+    ) -> LocalFuture<'a, Result<(), TrainError>>;
+    fn evaluate_async(&self) -> LocalFuture<'_, Result<Evaluation, TrainError>>;
+    fn validation_loss_async(&self) -> LocalFuture<'_, Result<f64, TrainError>>;
+    #[cfg(not(target_arch = "wasm32"))]
+    fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        block_on(self.run_async(sink))
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    fn evaluate(&self) -> Result<Evaluation, TrainError> {
+        block_on(self.evaluate_async())
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    fn validation_loss(&self) -> Result<f64, TrainError> {
+        block_on(self.validation_loss_async())
+    }
     fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError>;
     fn config(&self) -> &TrainConfig;
     fn plan(&self) -> Option<&Plan>;
@@ -1046,14 +1141,17 @@ pub trait Run {
 }
 
 impl<M: SpectrogramModel> Run for ModelTrainer<M> {
-    fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
-        ModelTrainer::run(self, sink)
+    fn run_async<'a>(
+        &'a mut self,
+        sink: &'a mut dyn EventSink,
+    ) -> LocalFuture<'a, Result<(), TrainError>> {
+        Box::pin(ModelTrainer::run_async(self, sink))
     }
-    fn evaluate(&self) -> Result<Evaluation, TrainError> {
-        ModelTrainer::evaluate(self)
+    fn evaluate_async(&self) -> LocalFuture<'_, Result<Evaluation, TrainError>> {
+        Box::pin(ModelTrainer::evaluate_async(self))
     }
-    fn validation_loss(&self) -> Result<f64, TrainError> {
-        ModelTrainer::validation_loss(self)
+    fn validation_loss_async(&self) -> LocalFuture<'_, Result<f64, TrainError>> {
+        Box::pin(ModelTrainer::validation_loss_async(self))
     }
     fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
         ModelTrainer::set_micro_batch(self, micro_batch)
@@ -1085,35 +1183,56 @@ pub struct Trainer(Box<dyn Run>);
 
 impl Trainer {
     /// A fresh run.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
+        block_on(Self::new_async(config, options))
+    }
+
+    /// [`Trainer::new`], awaited.
+    pub async fn new_async(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         struct New(TrainConfig, RunOptions);
         impl WithModel for New {
-            type Output = Result<Trainer, TrainError>;
+            type Output = LocalFuture<'static, Result<Trainer, TrainError>>;
             fn run<C: ModelConfig>(self, _: C) -> Self::Output {
-                let trainer = ModelTrainer::<C::Model>::new(self.0, self.1)?;
-                Ok(Trainer(Box::new(trainer)))
+                Box::pin(async move {
+                    let trainer = ModelTrainer::<C::Model>::new_async(self.0, self.1).await?;
+                    Ok(Trainer(Box::new(trainer)))
+                })
             }
         }
         let spec = config.model.clone();
-        with_model(&spec, New(config, options))?
+        with_model(&spec, New(config, options))?.await
     }
 
     /// Continues the run saved at `path` (see [`ModelTrainer::resume`]).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn resume(
         path: &std::path::Path,
         changes: &ResumeChanges,
         options: RunOptions,
     ) -> Result<Self, TrainError> {
+        block_on(Self::resume_async(path, changes, options))
+    }
+
+    /// [`Trainer::resume`], awaited.
+    pub async fn resume_async(
+        path: &std::path::Path,
+        changes: &ResumeChanges,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
         struct Resume<'a>(&'a std::path::Path, &'a ResumeChanges, RunOptions);
-        impl WithModel for Resume<'_> {
-            type Output = Result<Trainer, TrainError>;
+        impl<'a> WithModel for Resume<'a> {
+            type Output = LocalFuture<'a, Result<Trainer, TrainError>>;
             fn run<C: ModelConfig>(self, _: C) -> Self::Output {
-                let trainer = ModelTrainer::<C::Model>::resume(self.0, self.1, self.2)?;
-                Ok(Trainer(Box::new(trainer)))
+                Box::pin(async move {
+                    let trainer =
+                        ModelTrainer::<C::Model>::resume_async(self.0, self.1, self.2).await?;
+                    Ok(Trainer(Box::new(trainer)))
+                })
             }
         }
         let spec = checkpoint::read_state(path)?.config.model;
-        with_model(&spec, Resume(path, changes, options))?
+        with_model(&spec, Resume(path, changes, options))?.await
     }
 }
 

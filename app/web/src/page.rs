@@ -1,0 +1,125 @@
+//! The WebAssembly side: what the page's worker calls (www/worker.js).
+
+use headroom_core::events::Event;
+use headroom_core::memory::alloc::CountingAllocator;
+use headroom_core::memory::{Budget, human};
+use headroom_core::model::info_of;
+use headroom_core::{BackendKind, RunOptions, Trainer};
+use wasm_bindgen::prelude::*;
+
+use crate::settings::{PageSettings, WebBackend};
+
+// The CPU backend's memory is the page's heap: counted here as trainer-cli counts RAM.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
+
+/// WebAssembly's 32-bit memory: what a page's heap can grow to at most.
+const WASM32_MEMORY_BYTES: u64 = 4 << 30;
+
+/// The budget on WebGPU unless the address gives one.
+const WEBGPU_DEFAULT_BUDGET: u64 = 1 << 30;
+
+#[wasm_bindgen(start)]
+fn start() {
+    // A panic aborts the instance: say why in the console before it does.
+    console_error_panic_hook::set_once();
+}
+
+/// Trains with the settings of the page's address `query`, passing each event to `emit` as
+/// one JSON line; `webgpu`: whether the browser offers WebGPU here. Errors come back as the
+/// words trainer-cli would print.
+#[wasm_bindgen]
+pub async fn train(query: String, webgpu: bool, emit: js_sys::Function) -> Result<(), JsError> {
+    let settings = PageSettings::parse(&query)?;
+    let mut sink = |event: Event| {
+        let line =
+            serde_json::to_string(&event).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        // The page's handler does not throw; if it did, the run would go on unreported.
+        let _ = emit.call1(&JsValue::NULL, &JsValue::from_str(&line));
+    };
+    let (backend, reason) = choose(settings.backend, webgpu).await?;
+    sink(Event::BackendChoice {
+        backend: backend.name().to_string(),
+        reason,
+    });
+    let (budget_bytes, source) = budget(&settings, backend);
+    sink(Event::Budget {
+        bytes: budget_bytes,
+        source,
+    });
+    let defaults = info_of(settings.model_name())?.default_batch;
+    let options = RunOptions {
+        planning: settings.planning(budget_bytes, defaults),
+        budget: Some(Budget::new(budget_bytes)),
+        ..RunOptions::default()
+    };
+    let config = settings
+        .train_config(backend)
+        .map_err(|e| JsError::new(&e))?;
+    let mut trainer = Trainer::new_async(config, options).await?;
+    trainer.run_async(&mut sink).await?;
+    if settings.eval {
+        let evaluation = trainer.evaluate_async().await?;
+        sink(Event::Evaluation(evaluation.report));
+    }
+    Ok(())
+}
+
+/// The backend the page trains on, and why, as `--backend auto` explains its choice; a
+/// WebGPU device is started here, as a browser requires, before anything uses it.
+async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String), JsError> {
+    let cpu = "WebAssembly on one CPU thread";
+    match (asked, webgpu) {
+        (WebBackend::Cpu, _) => Ok((BackendKind::Flex, format!("cpu asked for: {cpu}"))),
+        (WebBackend::WebGpu, false) => Err(JsError::new(
+            "this browser offers no WebGPU adapter (navigator.gpu); open the page with \
+             backend=cpu, or enable WebGPU",
+        )),
+        (WebBackend::Auto, false) => Ok((
+            BackendKind::Flex,
+            format!("no WebGPU adapter in this browser: {cpu}"),
+        )),
+        (WebBackend::WebGpu | WebBackend::Auto, true) => {
+            let adapter = headroom_core::backend::start_webgpu().await?;
+            let why = if asked == WebBackend::WebGpu {
+                "webgpu asked for"
+            } else {
+                "the browser has WebGPU"
+            };
+            Ok((BackendKind::Wgpu, format!("{why}: {adapter}")))
+        }
+    }
+}
+
+/// The budget the address gives; else, on the CPU, the room left in WebAssembly's memory
+/// x 0.9, and on WebGPU a gibibyte, since WebGPU does not tell a page its GPU's memory.
+fn budget(settings: &PageSettings, backend: BackendKind) -> (u64, String) {
+    if let Some(bytes) = settings.budget_bytes {
+        return (bytes, format!("given as {}", human(bytes)));
+    }
+    if backend == BackendKind::Wgpu {
+        return (
+            WEBGPU_DEFAULT_BUDGET,
+            format!(
+                "WebGPU does not report the GPU's memory: {} unless the address gives budget=",
+                human(WEBGPU_DEFAULT_BUDGET)
+            ),
+        );
+    }
+    let used = wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .map(|m| {
+            m.buffer()
+                .dyn_into::<js_sys::ArrayBuffer>()
+                .map_or(0, |b| b.byte_length() as u64)
+        })
+        .unwrap_or(0);
+    let room = WASM32_MEMORY_BYTES.saturating_sub(used);
+    (
+        (room as f64 * 0.9) as u64,
+        format!(
+            "WebAssembly memory: {} of 4 GiB not yet taken by the page x 0.9",
+            human(room)
+        ),
+    )
+}

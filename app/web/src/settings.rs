@@ -1,0 +1,339 @@
+//! A run's settings from the page's address (`?backend=cpu&steps=40&start=1`): what a test or
+//! a teacher's link starts a run with. The keys are `trainer-cli train`'s flags, shortened.
+
+use headroom_core::memory::parse_size;
+use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
+use headroom_core::plan::{Fixed, Planning};
+use headroom_core::train::DatasetSource;
+use headroom_core::{BackendKind, RunLength, TrainConfig};
+
+/// Where the page trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WebBackend {
+    /// WebGPU when the browser has an adapter, the CPU otherwise.
+    #[default]
+    Auto,
+    /// WebAssembly on the CPU (burn's flex), single-threaded.
+    Cpu,
+    /// The browser's WebGPU.
+    WebGpu,
+}
+
+impl WebBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            WebBackend::Auto => "auto",
+            WebBackend::Cpu => "cpu",
+            WebBackend::WebGpu => "webgpu",
+        }
+    }
+}
+
+/// Every key the address may carry, with what it takes; an unknown key is an error, so a
+/// misspelt link does not train with defaults unnoticed.
+pub const KEYS: &[(&str, &str)] = &[
+    ("backend", "auto, cpu or webgpu"),
+    ("start", "1 starts the run when the page opens"),
+    ("model", "a built-in model name (trainer-cli models)"),
+    ("steps", "optimizer steps to train"),
+    ("seed", "the run's seed"),
+    ("lr", "peak learning rate"),
+    ("budget", "memory budget, e.g. 512MiB"),
+    ("batch", "spectrograms per micro-batch"),
+    ("patches", "patches per spectrogram"),
+    ("accumulation", "micro-batches per optimizer step"),
+    ("plan", "0 trains the split given, without the planner"),
+    ("eval", "0 skips scoring the test split"),
+    ("ids", "machine IDs of the built-in dataset"),
+    (
+        "train_clips",
+        "train clips per machine ID of the built-in dataset",
+    ),
+    (
+        "test_clips",
+        "normal, and anomalous, test clips per machine ID of the built-in dataset",
+    ),
+];
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    #[error(
+        "the address has an unknown setting `{key}`; the page takes {}",
+        known_keys()
+    )]
+    Unknown { key: String },
+    #[error("the address's `{key}={value}` is not {what}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        what: &'static str,
+    },
+    #[error("the address's `{key}` must be at least 1 (got 0)")]
+    Zero { key: &'static str },
+    #[error("with plan=0 the address must give batch, patches and accumulation")]
+    SplitNeeded,
+}
+
+fn known_keys() -> String {
+    KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+}
+
+/// What the address asked for; `None`: the engine's default.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PageSettings {
+    pub backend: WebBackend,
+    pub start: bool,
+    pub model: Option<String>,
+    pub steps: Option<u64>,
+    pub seed: Option<u64>,
+    pub lr: Option<f64>,
+    pub budget_bytes: Option<u64>,
+    pub batch: Option<usize>,
+    pub patches: Option<usize>,
+    pub accumulation: Option<usize>,
+    pub plan: bool,
+    pub eval: bool,
+    pub ids: Option<u32>,
+    pub train_clips: Option<usize>,
+    pub test_clips: Option<usize>,
+}
+
+fn number<T: std::str::FromStr>(
+    key: &'static str,
+    value: &str,
+    what: &'static str,
+) -> Result<T, SettingsError> {
+    value.parse().map_err(|_| SettingsError::Invalid {
+        key,
+        value: value.to_string(),
+        what,
+    })
+}
+
+fn positive(key: &'static str, value: &str) -> Result<usize, SettingsError> {
+    match number::<usize>(key, value, "a whole number")? {
+        0 => Err(SettingsError::Zero { key }),
+        n => Ok(n),
+    }
+}
+
+fn flag(key: &'static str, value: &str) -> Result<bool, SettingsError> {
+    match value {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(SettingsError::Invalid {
+            key,
+            value: value.to_string(),
+            what: "0 or 1",
+        }),
+    }
+}
+
+impl PageSettings {
+    /// Reads a query string, with or without its leading `?`.
+    pub fn parse(query: &str) -> Result<Self, SettingsError> {
+        let mut s = PageSettings {
+            plan: true,
+            eval: true,
+            ..PageSettings::default()
+        };
+        let query = query.strip_prefix('?').unwrap_or(query);
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            let v = value.as_ref();
+            match key.as_ref() {
+                "backend" => {
+                    s.backend = match v.to_ascii_lowercase().as_str() {
+                        "auto" => WebBackend::Auto,
+                        "cpu" => WebBackend::Cpu,
+                        "webgpu" | "gpu" => WebBackend::WebGpu,
+                        _ => {
+                            return Err(SettingsError::Invalid {
+                                key: "backend",
+                                value: v.to_string(),
+                                what: "auto, cpu or webgpu",
+                            });
+                        }
+                    }
+                }
+                "start" => s.start = flag("start", v)?,
+                "model" => s.model = Some(v.to_string()),
+                "steps" => s.steps = Some(positive("steps", v)? as u64),
+                "seed" => s.seed = Some(number("seed", v, "a whole number")?),
+                "lr" => {
+                    let lr: f64 = number("lr", v, "a positive number")?;
+                    if !(lr.is_finite() && lr > 0.0) {
+                        return Err(SettingsError::Invalid {
+                            key: "lr",
+                            value: v.to_string(),
+                            what: "a positive number",
+                        });
+                    }
+                    s.lr = Some(lr);
+                }
+                "budget" => {
+                    s.budget_bytes = Some(parse_size(v).map_err(|_| SettingsError::Invalid {
+                        key: "budget",
+                        value: v.to_string(),
+                        what: "a size such as 512MiB or 2GB",
+                    })?)
+                }
+                "batch" => s.batch = Some(positive("batch", v)?),
+                "patches" => s.patches = Some(positive("patches", v)?),
+                "accumulation" => s.accumulation = Some(positive("accumulation", v)?),
+                "plan" => s.plan = flag("plan", v)?,
+                "eval" => s.eval = flag("eval", v)?,
+                "ids" => s.ids = Some(positive("ids", v)? as u32),
+                "train_clips" => s.train_clips = Some(positive("train_clips", v)?),
+                "test_clips" => s.test_clips = Some(positive("test_clips", v)?),
+                other => {
+                    return Err(SettingsError::Unknown {
+                        key: other.to_string(),
+                    });
+                }
+            }
+        }
+        if !s.plan && (s.batch.is_none() || s.patches.is_none() || s.accumulation.is_none()) {
+            return Err(SettingsError::SplitNeeded);
+        }
+        Ok(s)
+    }
+
+    /// The model the run trains: the one named, else the default.
+    pub fn model_name(&self) -> &str {
+        self.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME)
+    }
+
+    /// The run's configuration on `backend`, as `trainer-cli train` builds it from the same
+    /// flags: the built-in dataset, the model's defaults, then what the address gives.
+    pub fn train_config(&self, backend: BackendKind) -> Result<TrainConfig, String> {
+        let mut c = TrainConfig {
+            backend,
+            ..TrainConfig::default()
+        };
+        if let Some(name) = &self.model {
+            c.set_built_in_model(name).map_err(|e| e.to_string())?;
+        }
+        if let DatasetSource::Synthetic(synthetic) = &mut c.dataset {
+            if let Some(ids) = self.ids {
+                synthetic.machine_ids = ids;
+            }
+            if let Some(n) = self.train_clips {
+                synthetic.train_per_id = n;
+            }
+            if let Some(n) = self.test_clips {
+                synthetic.test_normal_per_id = n;
+                synthetic.test_anomaly_per_id = n;
+            }
+        }
+        let set = |slot: &mut usize, v: Option<usize>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut c.micro_batch, self.batch);
+        set(&mut c.n_patches, self.patches);
+        set(&mut c.accumulation, self.accumulation);
+        if let Some(steps) = self.steps {
+            c.length = RunLength::Steps(steps);
+        }
+        if let Some(seed) = self.seed {
+            c.seed = seed;
+        }
+        if let Some(lr) = self.lr {
+            c.lr = lr;
+        }
+        Ok(c)
+    }
+
+    /// The planner's request, `None` with plan=0: the effective batch the split describes
+    /// (the model's defaults where it is open), every part given kept as a constraint.
+    pub fn planning(&self, budget_bytes: u64, defaults: DefaultBatch) -> Option<Planning> {
+        if !self.plan {
+            return None;
+        }
+        let effective_batch = self.batch.unwrap_or(defaults.spectrograms)
+            * self.patches.unwrap_or(defaults.patches)
+            * self.accumulation.unwrap_or(1);
+        Some(Planning {
+            budget_bytes,
+            effective_batch,
+            fixed: Fixed {
+                micro_batch: self.batch,
+                n_patches: self.patches,
+                accumulation: self.accumulation,
+                checkpointing: None,
+                precision: None,
+            },
+            preferred_n_patches: Some(defaults.patches),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_sets_the_run_and_leaves_the_rest_to_the_defaults() {
+        let s =
+            PageSettings::parse("?backend=cpu&steps=40&start=1&seed=7&budget=512MiB&test_clips=3")
+                .unwrap();
+        assert_eq!(s.backend, WebBackend::Cpu);
+        assert!(s.start && s.plan && s.eval);
+        assert_eq!(s.steps, Some(40));
+        assert_eq!(s.budget_bytes, Some(512 << 20));
+        let c = s.train_config(BackendKind::Flex).unwrap();
+        assert_eq!(c.length, RunLength::Steps(40));
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.micro_batch, TrainConfig::default().micro_batch);
+        let DatasetSource::Synthetic(synthetic) = c.dataset else {
+            panic!("the page trains on the built-in dataset")
+        };
+        assert_eq!(
+            (synthetic.test_normal_per_id, synthetic.test_anomaly_per_id),
+            (3, 3)
+        );
+        assert_eq!(PageSettings::parse("").unwrap().backend, WebBackend::Auto);
+    }
+
+    #[test]
+    fn a_given_split_is_kept_by_the_planner_and_required_without_it() {
+        let defaults = DefaultBatch {
+            spectrograms: 8,
+            patches: 4,
+        };
+        let s = PageSettings::parse("batch=2&accumulation=3").unwrap();
+        let planning = s.planning(1 << 30, defaults).unwrap();
+        assert_eq!(planning.effective_batch, 2 * 4 * 3);
+        assert_eq!(planning.fixed.micro_batch, Some(2));
+        assert_eq!(planning.fixed.n_patches, None);
+        assert_eq!(
+            PageSettings::parse("plan=0&batch=2"),
+            Err(SettingsError::SplitNeeded)
+        );
+        let fixed = PageSettings::parse("plan=0&batch=2&patches=4&accumulation=1").unwrap();
+        assert!(fixed.planning(1 << 30, defaults).is_none());
+    }
+
+    #[test]
+    fn bad_addresses_name_the_setting_and_what_it_takes() {
+        let unknown = PageSettings::parse("stpes=40").unwrap_err().to_string();
+        assert!(
+            unknown.contains("`stpes`") && unknown.contains("steps"),
+            "{unknown}"
+        );
+        let backend = PageSettings::parse("backend=cuda").unwrap_err().to_string();
+        assert!(backend.contains("backend=cuda") && backend.contains("webgpu"));
+        assert_eq!(
+            PageSettings::parse("steps=0"),
+            Err(SettingsError::Zero { key: "steps" })
+        );
+        assert!(PageSettings::parse("budget=lots").is_err());
+        assert!(PageSettings::parse("lr=-1").is_err());
+        let model = PageSettings::parse("model=resnet")
+            .unwrap()
+            .train_config(BackendKind::Flex)
+            .unwrap_err();
+        assert!(model.contains("resnet"), "{model}");
+    }
+}

@@ -1,0 +1,316 @@
+"""End-to-end tests of the web page (app/web) in headless Chromium; run by app/web/test.
+
+Each test opens the page with its settings in the address, as a teacher's link would, and
+reads the run from the console, where the page writes every event as the JSON line
+`trainer-cli --json` prints.
+"""
+
+import argparse
+import functools
+import http.server
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from devtools import Browser, BrowserError, console_lines  # noqa: E402
+
+ENDED = "headroom: run ended"
+FAILED = "headroom error:"
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve(folder: str) -> str:
+    handler = functools.partial(QuietHandler, directory=folder)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def run_page(url: str, webgpu: bool, timeout: float, screenshot: str | None = None,
+             screenshot_at_step: int = 0) -> tuple[list[dict], Browser]:
+    """The events of one run of the page; the browser stays open for DOM checks."""
+    browser = Browser(webgpu=webgpu)
+    browser.navigate(url)
+    events = []
+    for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), timeout):
+        if line.startswith(FAILED):
+            browser.close()
+            raise AssertionError(f"the page reported an error: {line}")
+        if line.startswith("{"):
+            event = json.loads(line)
+            events.append(event)
+            if screenshot and event["event"] == "step" and event["step"] == screenshot_at_step:
+                time.sleep(0.5)  # the page draws the step after logging it
+                browser.screenshot(screenshot)
+    return events, browser
+
+
+def of(events: list[dict], kind: str) -> list[dict]:
+    """The events of one kind (`trainer-cli --json`'s `event` key: `step`, `plan`...)."""
+    return [e for e in events if e.get("event") == kind]
+
+
+def native_losses(trainer_cli: str, flags: list[str]) -> list[float]:
+    with tempfile.TemporaryDirectory() as out:
+        result = subprocess.run(
+            [trainer_cli, "train", "--json", "--out", out, *flags],
+            capture_output=True, text=True, check=False,
+        )
+    if result.returncode != 0:
+        raise AssertionError(f"trainer-cli failed: {result.stderr}")
+    lines = [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
+    return [s["loss"] for s in of(lines, "step")]
+
+
+def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None):
+    """WebGPU off: auto falls back to the CPU, plans within the budget, trains with the loss
+    going down, shows the memory, and scores the test split."""
+    steps = 40
+    events, browser = run_page(
+        f"{base}?start=1&steps={steps}&seed=7&budget=1GiB", webgpu=False, timeout=900,
+        screenshot=screenshot, screenshot_at_step=steps // 2,
+    )
+    try:
+        choice = of(events, "backend_choice")[0]
+        assert choice["backend"] == "flex", choice
+        assert "no WebGPU" in choice["reason"], choice
+        plan = of(events, "plan")[0]
+        assert plan["predicted_peak_bytes"] <= plan["budget_bytes"] == 1 << 30, plan
+        assert of(events, "dry_run"), "the plan was not checked with a real step"
+        config = of(events, "config")[0]
+        assert config["memory_source"] == "host_allocator", config
+        losses = [s["loss"] for s in of(events, "step")]
+        assert len(losses) == steps, f"{len(losses)} steps of {steps}"
+        assert all(math.isfinite(l) for l in losses), losses
+        first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+        assert last < 0.9 * first, f"the loss did not go down: {first:.4f} -> {last:.4f}"
+        peaks = [s["mem_peak_bytes"] for s in of(events, "step")]
+        assert 0 < max(peaks) <= 1 << 30, peaks
+        shown = browser.evaluate("document.getElementById('mem-text').textContent")
+        assert "step peak" in shown and "MiB" in shown, shown
+        evaluation = of(events, "evaluation")[0]
+        assert evaluation["clips"] == config["test_clips"] > 0, evaluation
+        aucs = [m["auc"] for m in evaluation["per_machine"]]
+        assert all(0.0 <= a <= 1.0 for a in aucs) and len(set(aucs)) > 1, aucs
+        table = browser.evaluate("document.getElementById('results').textContent")
+        assert "AUC" in table and f"{evaluation['auc']:.3f}" in table, table
+    finally:
+        browser.close()
+    print(f"cpu fallback: {steps} steps, loss {first:.4f} -> {last:.4f}, "
+          f"peak {max(peaks) >> 20} MiB, AUC {evaluation['auc']:.3f}")
+
+
+def test_webgpu_trains_and_scores(base: str):
+    """WebGPU on: auto trains on the browser's GPU (SwiftShader here), the loss goes down,
+    the GPU pool's memory is shown, and the test split is scored. A software GPU takes
+    minutes to calibrate the planner, so this run gives its split (the CPU test plans)."""
+    steps = 6
+    events, browser = run_page(
+        f"{base}?start=1&steps={steps}&seed=7&model=dcase-ae&plan=0&batch=2&patches=16"
+        "&accumulation=1&ids=1&test_clips=4&budget=256MiB",
+        webgpu=True, timeout=900,
+    )
+    try:
+        choice = of(events, "backend_choice")[0]
+        assert choice["backend"] == "wgpu", choice
+        assert "the browser has WebGPU" in choice["reason"], choice
+        config = of(events, "config")[0]
+        assert config["memory_source"] == "device_pool", config
+        losses = [s["loss"] for s in of(events, "step")]
+        assert len(losses) == steps and all(math.isfinite(l) for l in losses), losses
+        first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+        assert last < first, f"the loss did not go down: {losses}"
+        reserved = [s["mem_reserved_bytes"] for s in of(events, "step")]
+        assert all(r and 0 < r <= 256 << 20 for r in reserved), reserved
+        shown = browser.evaluate("document.getElementById('mem-text').textContent")
+        assert "step peak" in shown and "MiB" in shown, shown
+        evaluation = of(events, "evaluation")[0]
+        assert evaluation["clips"] == config["test_clips"] == 8, evaluation
+        assert all(0.0 <= m["auc"] <= 1.0 for m in evaluation["per_machine"]), evaluation
+    finally:
+        browser.close()
+    print(f"webgpu: {steps} steps, loss {first:.4f} -> {last:.4f}, "
+          f"pool {max(reserved) >> 20} MiB, AUC {evaluation['auc']:.3f}")
+
+
+def test_webgpu_losses_equal_native(base: str, trainer_cli: str):
+    """The page's first steps of the default model on WebGPU (SwiftShader) are native
+    wgpu's (lavapipe here), for the same seed and split: the same WGSL kernels, Headroom's
+    nearest-code kernel among them, on two software GPUs."""
+    steps, seed = 3, 11
+    events, browser = run_page(
+        f"{base}?start=1&backend=webgpu&plan=0&eval=0&steps={steps}&seed={seed}"
+        "&batch=1&patches=4&accumulation=1&ids=1",
+        webgpu=True, timeout=900,
+    )
+    browser.close()
+    page = [s["loss"] for s in of(events, "step")]
+    native = native_losses(trainer_cli, [
+        "--backend", "wgpu", "--no-plan", "--no-eval", "--steps", str(steps),
+        "--seed", str(seed), "--batch-size", "1", "--n-patches", "4",
+        "--gradient-accumulation-steps", "1", "--machine-ids", "1",
+    ])
+    assert len(page) == len(native) == steps, (page, native)
+    for p, n in zip(page, native):
+        assert math.isclose(p, n, rel_tol=1e-3), f"page {page} against native {native}"
+    print(f"webgpu losses equal native: page {page}, native {native}")
+
+
+def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None):
+    """WebGPU off: auto falls back to the CPU, plans within the budget, trains with the loss
+    going down, shows the memory, and scores the test split."""
+    steps = 40
+    events, browser = run_page(
+        f"{base}?start=1&steps={steps}&seed=7&budget=1GiB", webgpu=False, timeout=900,
+        screenshot=screenshot, screenshot_at_step=steps // 2,
+    )
+    try:
+        choice = of(events, "backend_choice")[0]
+        assert choice["backend"] == "flex", choice
+        assert "no WebGPU" in choice["reason"], choice
+        plan = of(events, "plan")[0]
+        assert plan["predicted_peak_bytes"] <= plan["budget_bytes"] == 1 << 30, plan
+        assert of(events, "dry_run"), "the plan was not checked with a real step"
+        config = of(events, "config")[0]
+        assert config["memory_source"] == "host_allocator", config
+        losses = [s["loss"] for s in of(events, "step")]
+        assert len(losses) == steps, f"{len(losses)} steps of {steps}"
+        assert all(math.isfinite(l) for l in losses), losses
+        first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+        assert last < 0.9 * first, f"the loss did not go down: {first:.4f} -> {last:.4f}"
+        peaks = [s["mem_peak_bytes"] for s in of(events, "step")]
+        assert 0 < max(peaks) <= 1 << 30, peaks
+        shown = browser.evaluate("document.getElementById('mem-text').textContent")
+        assert "step peak" in shown and "MiB" in shown, shown
+        evaluation = of(events, "evaluation")[0]
+        assert evaluation["clips"] == config["test_clips"] > 0, evaluation
+        aucs = [m["auc"] for m in evaluation["per_machine"]]
+        assert all(0.0 <= a <= 1.0 for a in aucs) and len(set(aucs)) > 1, aucs
+        table = browser.evaluate("document.getElementById('results').textContent")
+        assert "AUC" in table and f"{evaluation['auc']:.3f}" in table, table
+    finally:
+        browser.close()
+    print(f"cpu fallback: {steps} steps, loss {first:.4f} -> {last:.4f}, "
+          f"peak {max(peaks) >> 20} MiB, AUC {evaluation['auc']:.3f}")
+
+
+def test_webgpu_trains_plans_and_scores(base: str):
+    """WebGPU on: auto trains on the browser's GPU (SwiftShader here), plans against the
+    budget, shows the GPU pool's memory, and scores the test split."""
+    steps = 8
+    events, browser = run_page(
+        f"{base}?start=1&steps={steps}&seed=7&ids=2&budget=512MiB", webgpu=True, timeout=1200,
+    )
+    try:
+        choice = of(events, "backend_choice")[0]
+        assert choice["backend"] == "wgpu", choice
+        assert "the browser has WebGPU" in choice["reason"], choice
+        plan = of(events, "plan")[0]
+        assert plan["predicted_peak_bytes"] <= plan["budget_bytes"] == 512 << 20, plan
+        config = of(events, "config")[0]
+        assert config["memory_source"] == "device_pool", config
+        losses = [s["loss"] for s in of(events, "step")]
+        assert len(losses) == steps and all(math.isfinite(l) for l in losses), losses
+        first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+        assert last < first, f"the loss did not go down: {first:.4f} -> {last:.4f}"
+        reserved = [s["mem_reserved_bytes"] for s in of(events, "step")]
+        assert all(r and 0 < r <= 512 << 20 for r in reserved), reserved
+        shown = browser.evaluate("document.getElementById('mem-text').textContent")
+        assert "step peak" in shown and "MiB" in shown, shown
+        evaluation = of(events, "evaluation")[0]
+        assert evaluation["clips"] == config["test_clips"] > 0, evaluation
+        assert all(0.0 <= m["auc"] <= 1.0 for m in evaluation["per_machine"]), evaluation
+    finally:
+        browser.close()
+    print(f"webgpu: {steps} steps, loss {first:.4f} -> {last:.4f}, "
+          f"pool {max(reserved) >> 20} MiB, AUC {evaluation['auc']:.3f}")
+
+
+def test_webgpu_losses_equal_native(base: str, trainer_cli: str):
+    """The page's first steps on WebGPU (SwiftShader) are native wgpu's (lavapipe here), for
+    the same seed, model and split: the same WGSL kernels on two software GPUs."""
+    steps, seed = 30, 11
+    events, browser = run_page(
+        f"{base}?start=1&backend=webgpu&plan=0&eval=0&steps={steps}&seed={seed}"
+        "&batch=8&patches=4&accumulation=1&ids=2",
+        webgpu=True, timeout=900,
+    )
+    browser.close()
+    page = [s["loss"] for s in of(events, "step")][:3]
+    native = native_losses(trainer_cli, [
+        "--backend", "wgpu", "--no-plan", "--no-eval", "--steps", str(steps),
+        "--stop-after", "3", "--seed", str(seed), "--batch-size", "8", "--n-patches", "4",
+        "--gradient-accumulation-steps", "1", "--machine-ids", "2",
+    ])
+    assert len(page) == len(native) == 3, (page, native)
+    for p, n in zip(page, native):
+        assert math.isclose(p, n, rel_tol=1e-3), f"page {page} against native {native}"
+    print(f"webgpu losses equal native: page {page}, native {native}")
+
+
+def test_cpu_losses_equal_native(base: str, trainer_cli: str):
+    """The page's first steps on the CPU are the native run's, for the same seed, model and
+    split (flex in WebAssembly against flex natively)."""
+    split = {"batch": 8, "patches": 4, "accumulation": 1}
+    steps, seed = 3, 11
+    query = "&".join(f"{k}={v}" for k, v in split.items())
+    events, browser = run_page(
+        f"{base}?start=1&backend=cpu&plan=0&eval=0&steps={steps}&seed={seed}&{query}",
+        webgpu=False, timeout=600,
+    )
+    browser.close()
+    page = [s["loss"] for s in of(events, "step")]
+    native = native_losses(trainer_cli, [
+        "--backend", "flex", "--no-plan", "--no-eval", "--steps", str(steps),
+        "--seed", str(seed), "--batch-size", "8", "--n-patches", "4",
+        "--gradient-accumulation-steps", "1",
+    ])
+    assert len(page) == len(native) == steps, (page, native)
+    for p, n in zip(page, native):
+        assert math.isclose(p, n, rel_tol=1e-4), f"page {page} against native {native}"
+    print(f"cpu losses equal native: page {page}, native {native}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dist", required=True, help="the built page (app/web/build)")
+    parser.add_argument("--trainer-cli", required=True, help="a built trainer-cli binary")
+    parser.add_argument("--screenshot", help="where to save the page mid-training (PNG)")
+    parser.add_argument("--only", help="run the tests whose name contains this")
+    args = parser.parse_args()
+    base = serve(args.dist)
+    tests = {
+        "webgpu_trains_and_scores": lambda: test_webgpu_trains_and_scores(base),
+        "webgpu_losses_equal_native":
+            lambda: test_webgpu_losses_equal_native(base, args.trainer_cli),
+        "cpu_fallback_trains_plans_and_scores":
+            lambda: test_cpu_fallback_trains_plans_and_scores(base, args.screenshot),
+        "cpu_losses_equal_native": lambda: test_cpu_losses_equal_native(base, args.trainer_cli),
+    }
+    chosen = [name for name in tests if args.only is None or args.only in name]
+    failed = 0
+    for name in chosen:
+        started = time.monotonic()
+        print(f"{name} ...", flush=True)
+        try:
+            tests[name]()
+            print(f"  ok ({time.monotonic() - started:.0f} s)", flush=True)
+        except (AssertionError, BrowserError) as e:
+            failed += 1
+            print(f"  FAILED ({time.monotonic() - started:.0f} s): {e}", flush=True)
+    print(f"{len(chosen) - failed} passed, {failed} failed")
+    sys.exit(1 if failed or not chosen else 0)
+
+
+if __name__ == "__main__":
+    main()
