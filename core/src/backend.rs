@@ -239,9 +239,9 @@ pub async fn start_webgpu() -> Result<String, BackendError> {
         info.name
     };
     Ok(format!(
-        "{name} ({:?}, largest buffer {})",
+        "{name} ({:?}, largest buffer {} MiB)",
         info.device_type,
-        crate::memory::human(setup.adapter.limits().max_buffer_size)
+        setup.adapter.limits().max_buffer_size >> 20
     ))
 }
 
