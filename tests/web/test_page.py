@@ -161,8 +161,13 @@ def test_webgpu_losses_equal_native(base: str, trainer_cli: str):
         "--gradient-accumulation-steps", "1", "--machine-ids", "1",
     ])
     assert len(page) == len(native) == steps, (page, native)
-    for p, n in zip(page, native):
-        assert math.isclose(p, n, rel_tol=1e-3), f"page {page} against native {native}"
+    # The first step's loss is the same parameters through the same kernels: two software
+    # GPUs round differently (measured 4e-5 apart). From the second on, AdamW's first updates
+    # are about +-lr for every parameter whatever its gradient's size, so a gradient near 0
+    # that the two round to opposite signs moves its parameter 2 lr apart (measured 1.2e-3).
+    assert math.isclose(page[0], native[0], rel_tol=2e-4), f"page {page}, native {native}"
+    for p, n in zip(page[1:], native[1:]):
+        assert math.isclose(p, n, rel_tol=5e-3), f"page {page} against native {native}"
     print(f"webgpu losses equal native: page {page}, native {native}")
 
 
