@@ -143,24 +143,32 @@ def test_webgpu_trains_and_scores(base: str):
           f"pool {max(reserved) >> 20} MiB, AUC {evaluation['auc']:.3f}")
 
 
+def losses_side_by_side(base: str, trainer_cli: str, page_backend: str, native_backend: str,
+                        split: tuple[int, int, int], ids: int | None = None):
+    """The first three steps' losses of the page and of trainer-cli, for the same seed, model
+    and split (no planner)."""
+    (batch, patches, accumulation), steps, seed = split, 3, 11
+    query = (f"start=1&backend={page_backend}&plan=0&eval=0&steps={steps}&seed={seed}"
+             f"&batch={batch}&patches={patches}&accumulation={accumulation}")
+    flags = ["--backend", native_backend, "--no-plan", "--no-eval", "--steps", str(steps),
+             "--seed", str(seed), "--batch-size", str(batch), "--n-patches", str(patches),
+             "--gradient-accumulation-steps", str(accumulation)]
+    if ids is not None:
+        query += f"&ids={ids}"
+        flags += ["--machine-ids", str(ids)]
+    events, browser = run_page(f"{base}?{query}", webgpu=page_backend == "webgpu", timeout=900)
+    browser.close()
+    page = [s["loss"] for s in of(events, "step")]
+    native = native_losses(trainer_cli, flags)
+    assert len(page) == len(native) == steps, (page, native)
+    return page, native
+
+
 def test_webgpu_losses_equal_native(base: str, trainer_cli: str):
     """The page's first steps of the default model on WebGPU (SwiftShader) are native
     wgpu's (lavapipe here), for the same seed and split: the same WGSL kernels, Headroom's
     nearest-code kernel among them, on two software GPUs."""
-    steps, seed = 3, 11
-    events, browser = run_page(
-        f"{base}?start=1&backend=webgpu&plan=0&eval=0&steps={steps}&seed={seed}"
-        "&batch=1&patches=4&accumulation=1&ids=1",
-        webgpu=True, timeout=900,
-    )
-    browser.close()
-    page = [s["loss"] for s in of(events, "step")]
-    native = native_losses(trainer_cli, [
-        "--backend", "wgpu", "--no-plan", "--no-eval", "--steps", str(steps),
-        "--seed", str(seed), "--batch-size", "1", "--n-patches", "4",
-        "--gradient-accumulation-steps", "1", "--machine-ids", "1",
-    ])
-    assert len(page) == len(native) == steps, (page, native)
+    page, native = losses_side_by_side(base, trainer_cli, "webgpu", "wgpu", (1, 4, 1), ids=1)
     # The first step's loss is the same parameters through the same kernels: two software
     # GPUs round differently (measured 4e-5 apart). From the second on, AdamW's first updates
     # are about +-lr for every parameter whatever its gradient's size, so a gradient near 0
@@ -174,21 +182,7 @@ def test_webgpu_losses_equal_native(base: str, trainer_cli: str):
 def test_cpu_losses_equal_native(base: str, trainer_cli: str):
     """The page's first steps on the CPU are the native run's, for the same seed, model and
     split (flex in WebAssembly against flex natively)."""
-    split = {"batch": 8, "patches": 4, "accumulation": 1}
-    steps, seed = 3, 11
-    query = "&".join(f"{k}={v}" for k, v in split.items())
-    events, browser = run_page(
-        f"{base}?start=1&backend=cpu&plan=0&eval=0&steps={steps}&seed={seed}&{query}",
-        webgpu=False, timeout=600,
-    )
-    browser.close()
-    page = [s["loss"] for s in of(events, "step")]
-    native = native_losses(trainer_cli, [
-        "--backend", "flex", "--no-plan", "--no-eval", "--steps", str(steps),
-        "--seed", str(seed), "--batch-size", "8", "--n-patches", "4",
-        "--gradient-accumulation-steps", "1",
-    ])
-    assert len(page) == len(native) == steps, (page, native)
+    page, native = losses_side_by_side(base, trainer_cli, "cpu", "flex", (8, 4, 1))
     for p, n in zip(page, native):
         assert math.isclose(p, n, rel_tol=1e-4), f"page {page} against native {native}"
     print(f"cpu losses equal native: page {page}, native {native}")
