@@ -87,17 +87,23 @@ fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
     );
 }
 
+/// With dcase-ae: where this machine has a wgpu adapter (lavapipe in CI) the GPU rows are
+/// calibrated on it, up to steps of hundreds of patches, which for the default model take
+/// about ten minutes on a software Vulkan driver and for dcase-ae about one. The table's
+/// logic is the same for every model.
 #[test]
 fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let doc = run_json_document(&[
         "plan",
         "--backend",
         "flex",
+        "--model",
+        "dcase-ae",
         "--what-if",
         "--effective-batch",
         "4096",
         "--memory-budget",
-        "512MiB",
+        "64MiB",
         "--json",
     ]);
     let rows = doc["rows"].as_array().unwrap();
@@ -110,7 +116,7 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
             .contains("--memory-budget"),
         "{named}"
     );
-    assert_eq!(named["budget_bytes"].as_u64(), Some(512 << 20));
+    assert_eq!(named["budget_bytes"].as_u64(), Some(64 << 20));
     let rows = &rows[1..];
     let names: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     for wanted in [
@@ -134,7 +140,7 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     };
     let patches: Vec<u64> = rows[..6].iter().map(held_at_once).collect();
     assert!(patches.windows(2).all(|w| w[0] <= w[1]), "{patches:?}");
-    // Every GPU row fits its budget, and the budget matters: 512 MiB holds fewer patches at
+    // Every GPU row fits its budget, and the budget matters: 64 MiB holds fewer patches at
     // once than the largest GPU. (Whether 8 GiB holds all 4096 depends on the adapter: on
     // lavapipe's Vulkan, f16 halves the activations and it does; on its GL, f32 only, not.)
     for row in rows[..6].iter().chain(std::iter::once(named)) {
@@ -147,7 +153,7 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let named_patches = held_at_once(named);
     assert!(
         named_patches < patches[5],
-        "512 MiB holds {named_patches} patches at once, as many as 80 GB ({patches:?}); GPU rows \
+        "64 MiB holds {named_patches} patches at once, as many as 80 GB ({patches:?}); GPU rows \
          from {}: {}",
         doc["gpu_memory"],
         doc["gpu_calibration"]

@@ -175,16 +175,42 @@ pub async fn calibrate<C: ModelConfig>(
     target: Target,
     model: &C,
 ) -> Result<Calibration, CalibrationError> {
-    let [small, large] = calibration_patches(model, target.backend);
-    // The first step in a process also sets up what stays for its life (thread pools, kernel
-    // caches); measured, that would count as the step's own cost.
-    measure_step(target, model, 1, Precision::F32, false).await?;
     let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
     if let Some(half) = half_precision(target)? {
         variants.push((half, false));
     }
+    calibrate_variants(target, model, &variants).await
+}
+
+/// Two measured steps of the one kind a run takes: what re-fitting its micro-batch after an
+/// out-of-memory needs (`MemoryModel::cost` of the run's precision and checkpointing), in a
+/// third of a full calibration's steps. A half-precision checkpointed run has no such
+/// measurement (the planner never picks one) and gets none.
+pub async fn calibrate_only<C: ModelConfig>(
+    target: Target,
+    model: &C,
+    precision: Precision,
+    checkpointing: bool,
+) -> Result<Calibration, CalibrationError> {
+    let variants: &[(Precision, bool)] = if precision != Precision::F32 && checkpointing {
+        &[]
+    } else {
+        &[(precision, checkpointing)]
+    };
+    calibrate_variants(target, model, variants).await
+}
+
+async fn calibrate_variants<C: ModelConfig>(
+    target: Target,
+    model: &C,
+    variants: &[(Precision, bool)],
+) -> Result<Calibration, CalibrationError> {
+    let [small, large] = calibration_patches(model, target.backend);
+    // The first step in a process also sets up what stays for its life (thread pools, kernel
+    // caches); measured, that would count as the step's own cost.
+    measure_step(target, model, 1, Precision::F32, false).await?;
     let mut measurements = Vec::with_capacity(2 * variants.len());
-    for (precision, checkpointing) in variants {
+    for &(precision, checkpointing) in variants {
         for patches in [small, large] {
             measurements
                 .push(measure_step(target, model, patches, precision, checkpointing).await?);

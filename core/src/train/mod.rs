@@ -727,8 +727,8 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     }
 
     /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
-    /// steps (calibrated now when the run was not planned) and the peak this step reached,
-    /// or half when the device failed without a reading.
+    /// steps (the run's own kind of step, calibrated now when the run was not planned) and
+    /// the peak this step reached, or half when the device failed without a reading.
     async fn recovery_micro_batch(
         &mut self,
         error: &step::StepError,
@@ -738,9 +738,14 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             return Ok(halve(micro_batch));
         };
         if self.calibration.is_none() {
-            let calibration = crate::plan::calibrate(self.config.target(), &self.model_config)
-                .await
-                .map_err(PlanningError::from)?;
+            let calibration = crate::plan::calibrate::calibrate_only(
+                self.config.target(),
+                &self.model_config,
+                self.config.precision,
+                self.config.checkpointing,
+            )
+            .await
+            .map_err(PlanningError::from)?;
             self.calibration = Some(calibration);
         }
         let Some(calibration) = &self.calibration else {
