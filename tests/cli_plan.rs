@@ -88,9 +88,9 @@ fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
 }
 
 /// With dcase-ae: where this machine has a wgpu adapter (lavapipe in CI) the GPU rows are
-/// calibrated on it, up to steps of hundreds of patches, which for the default model take
-/// about ten minutes on a software Vulkan driver and for dcase-ae about one. The table's
-/// logic is the same for every model.
+/// calibrated on it, up to steps several times the calibration's largest, which for the
+/// default model ran over eight minutes on a software Vulkan driver and for dcase-ae take
+/// about one. The table's logic is the same for every model.
 #[test]
 fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let doc = run_json_document(&[
