@@ -149,6 +149,26 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
+def _console_text(event: dict) -> str | None:
+    """A console message's text, the browser's own log entries among them; raises on an
+    uncaught exception; None for other events."""
+    method = event.get("method")
+    if method == "Runtime.consoleAPICalled":
+        return " ".join(str(a.get("value", a.get("description", ""))) for a in
+                        event["params"]["args"])
+    if method == "Log.entryAdded":
+        # The browser's own messages (WebGPU's shader errors among them), not the page's.
+        entry = event["params"]["entry"]
+        return f"[{entry['source']} {entry['level']}] {entry['text']}"
+    if method == "Runtime.exceptionThrown":
+        details = event["params"]["exceptionDetails"]
+        raise BrowserError(
+            "the page threw: "
+            + details.get("exception", {}).get("description", details.get("text", ""))
+        )
+    return None
+
+
 def console_lines(browser: Browser, stop, timeout: float):
     """Console messages of the page as text, until `stop(line)` is true; raises on an
     uncaught exception or when `timeout` seconds pass."""
@@ -161,24 +181,22 @@ def console_lines(browser: Browser, stop, timeout: float):
                 f"the page did not finish in {timeout:.0f} s; its last lines: {lines[-5:]}"
             )
         event = browser.next_event(left)
-        if event is None:
+        text = event and _console_text(event)
+        if text is None:
             continue
-        method = event.get("method")
-        if method == "Runtime.consoleAPICalled":
-            text = " ".join(str(a.get("value", a.get("description", ""))) for a in
-                            event["params"]["args"])
+        lines.append(text)
+        yield text
+        if stop(text):
+            return
+
+
+def console_lines_for(browser: Browser, seconds: float) -> list[str]:
+    """The console messages of the next `seconds` seconds."""
+    deadline = time.monotonic() + seconds
+    lines = []
+    while (left := deadline - time.monotonic()) > 0:
+        event = browser.next_event(left)
+        text = event and _console_text(event)
+        if text is not None:
             lines.append(text)
-            yield text
-            if stop(text):
-                return
-        elif method == "Log.entryAdded":
-            # The browser's own messages (WebGPU's shader errors among them), not the page's.
-            entry = event["params"]["entry"]
-            lines.append(f"[{entry['source']} {entry['level']}] {entry['text']}")
-            yield lines[-1]
-        elif method == "Runtime.exceptionThrown":
-            details = event["params"]["exceptionDetails"]
-            raise BrowserError(
-                "the page threw: "
-                + details.get("exception", {}).get("description", details.get("text", ""))
-            )
+    return lines

@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from devtools import Browser, BrowserError, console_lines  # noqa: E402
+from devtools import Browser, BrowserError, console_lines, console_lines_for  # noqa: E402
 
 ENDED = "headroom: run ended"
 FAILED = "headroom error:"
@@ -104,10 +104,68 @@ def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None)
         assert all(0.0 <= a <= 1.0 for a in aucs) and len(set(aucs)) > 1, aucs
         table = browser.evaluate("document.getElementById('results').textContent")
         assert "AUC" in table and f"{evaluation['auc']:.3f}" in table, table
+        # trainer-cli's results.csv, offered as a download.
+        csv = browser.evaluate(
+            "fetch(document.getElementById('file-results-csv').href).then(r => r.text())")
+        assert csv.startswith("machine_type,id,auc,pauc,"), csv
+        last = csv.splitlines()[-1].split(",")
+        assert last[:2] == ["all", "mean"] and math.isclose(float(last[2]), evaluation["auc"],
+                                                           rel_tol=1e-6), csv
     finally:
         browser.close()
     print(f"cpu fallback: {steps} steps, loss {first:.4f} -> {last:.4f}, "
           f"peak {max(peaks) >> 20} MiB, AUC {evaluation['auc']:.3f}")
+
+
+def steps_in(lines: list[str]) -> list[dict]:
+    return [e for e in (json.loads(l) for l in lines if l.startswith("{")) if e["event"] == "step"]
+
+
+def test_cpu_pause_resume_and_stop(base: str):
+    """Pause holds the run at a step boundary (the CPU run's one thread is handed back to
+    the page there), Resume goes on, Stop ends the run early: it does not score the test
+    split, and its losses are offered as losses.csv."""
+    steps = 5000
+    browser = Browser(webgpu=False)
+    try:
+        browser.navigate(f"{base}?start=1&backend=cpu&plan=0&steps={steps}&batch=2&patches=4"
+                         "&accumulation=1&ids=1&seed=5")
+        click = lambda button: browser.evaluate(f"document.getElementById('{button}').click()")
+        seen = []
+        for line in console_lines(browser, lambda l: len(steps_in(seen)) >= 3, 300):
+            seen.append(line)
+        click("pause")
+        # The step under way, and lines already on their way, arrive within this.
+        seen += console_lines_for(browser, 3)
+        paused_at = steps_in(seen)[-1]["step"]
+        held = steps_in(console_lines_for(browser, 4))
+        assert not held, f"paused at step {paused_at}, the run went on: {held}"
+        shown = browser.evaluate("document.getElementById('status').textContent")
+        assert "paused" in shown, shown
+        click("pause")  # now "Resume"
+        for line in console_lines(browser, lambda l: steps_in(seen)[-1]["step"] >= paused_at + 3,
+                                  120):
+            seen.append(line)
+        click("stop")
+        for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), 300):
+            assert not line.startswith(FAILED), line
+            seen.append(line)
+        events = [json.loads(l) for l in seen if l.startswith("{")]
+        finished = of(events, "finished")[0]
+        assert finished["stopped_early"] and paused_at + 3 <= finished["step"] < steps, finished
+        assert not of(events, "evaluation"), "a stopped run scored the test split"
+        done = of(events, "step")
+        assert [s["step"] for s in done] == list(range(1, finished["step"] + 1)), done
+        csv = browser.evaluate(
+            "fetch(document.getElementById('file-losses-csv').href).then(r => r.text())")
+        header, *rows = csv.splitlines()
+        assert header.startswith("step,loss,"), header
+        assert [(int(r.split(",")[0]), float(r.split(",")[1])) for r in rows] == \
+            [(s["step"], s["loss"]) for s in done], csv[:300]
+    finally:
+        browser.close()
+    print(f"cpu pause/resume/stop: paused at step {paused_at}, stopped at {finished['step']}, "
+          f"losses.csv {len(rows)} rows")
 
 
 def test_webgpu_trains_and_scores(base: str):
@@ -203,6 +261,7 @@ def main():
         "cpu_fallback_trains_plans_and_scores":
             lambda: test_cpu_fallback_trains_plans_and_scores(base, args.screenshot),
         "cpu_losses_equal_native": lambda: test_cpu_losses_equal_native(base, args.trainer_cli),
+        "cpu_pause_resume_and_stop": lambda: test_cpu_pause_resume_and_stop(base),
     }
     chosen = [name for name in tests if args.only is None or args.only in name]
     failed = 0

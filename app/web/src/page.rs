@@ -1,5 +1,9 @@
 //! The WebAssembly side: what the page's worker calls (www/worker.js).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::memory::{Budget, human};
@@ -19,6 +23,24 @@ const WASM32_MEMORY_BYTES: u64 = 4 << 30;
 /// The budget on WebGPU unless the address gives one.
 const WEBGPU_DEFAULT_BUDGET: u64 = 1 << 30;
 
+/// The page's Pause and Stop, which the run reads at every step boundary (one run per
+/// worker: the page starts a worker for each).
+static PAUSED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
+static STOPPED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
+
+/// Pauses the run at its next step boundary (`true`), or lets it go on (`false`).
+#[wasm_bindgen]
+pub fn pause(paused: bool) {
+    PAUSED.store(paused, Ordering::Relaxed);
+}
+
+/// Stops the run at its next step boundary: it validates and ends as a finished run does,
+/// with `stopped_early`, and does not score the test split.
+#[wasm_bindgen]
+pub fn stop() {
+    STOPPED.store(true, Ordering::Relaxed);
+}
+
 #[wasm_bindgen(start)]
 fn start() {
     // A panic aborts the instance: say why in the console before it does.
@@ -26,10 +48,16 @@ fn start() {
 }
 
 /// Trains with the settings of the page's address `query`, passing each event to `emit` as
-/// one JSON line; `webgpu`: whether the browser offers WebGPU here. Errors come back as the
-/// words trainer-cli would print.
+/// one JSON line, and each file the run writes to `offer` as (name, text) for the page to
+/// offer as a download; `webgpu`: whether the browser offers WebGPU here. Errors come back
+/// as the words trainer-cli would print.
 #[wasm_bindgen]
-pub async fn train(query: String, webgpu: bool, emit: js_sys::Function) -> Result<(), JsError> {
+pub async fn train(
+    query: String,
+    webgpu: bool,
+    emit: js_sys::Function,
+    offer: js_sys::Function,
+) -> Result<(), JsError> {
     let settings = PageSettings::parse(&query)?;
     let mut sink = |event: Event| {
         let line =
@@ -51,6 +79,8 @@ pub async fn train(query: String, webgpu: bool, emit: js_sys::Function) -> Resul
     let options = RunOptions {
         planning: settings.planning(budget_bytes, defaults),
         budget: Some(Budget::new(budget_bytes)),
+        pause: Some(PAUSED.clone()),
+        stop: Some(STOPPED.clone()),
         ..RunOptions::default()
     };
     let config = settings
@@ -58,8 +88,11 @@ pub async fn train(query: String, webgpu: bool, emit: js_sys::Function) -> Resul
         .map_err(|e| JsError::new(&e))?;
     let mut trainer = Trainer::new_async(config, options).await?;
     trainer.run_async(&mut sink).await?;
-    if settings.eval {
+    if settings.eval && !STOPPED.load(Ordering::Relaxed) {
         let evaluation = trainer.evaluate_async().await?;
+        // trainer-cli's results.csv (`eval --out`); the handler does not throw.
+        let csv = results_csv(&evaluation.report);
+        let _ = offer.call2(&JsValue::NULL, &"results.csv".into(), &csv.into());
         sink(Event::Evaluation(evaluation.report));
     }
     Ok(())

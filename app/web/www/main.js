@@ -6,13 +6,46 @@ $("settings").textContent = "Settings: " + (query || "(the defaults; e.g. ?backe
 
 const mib = (b) => (b / 1048576).toFixed(0) + " MiB";
 const losses = [];
+// One row per step, for losses.csv.
+const rows = [];
 let budget = null;
+let worker = null;
+let paused = false;
+
+function running(on) {
+  $("start").disabled = on;
+  $("pause").disabled = !on;
+  $("stop").disabled = !on;
+  if (!on) { paused = false; $("pause").textContent = "Pause"; }
+}
 
 function fail(message) {
   console.error("headroom error: " + message);
   $("error").textContent = "Error: " + message;
   $("status").textContent = "stopped by an error";
-  $("start").disabled = false;
+  running(false);
+}
+
+// A file of the run as a link: `id` names the link, so that a test can read it back.
+function offer(name, text) {
+  const id = "file-" + name.replace(/[^a-z0-9]/gi, "-");
+  let link = $(id);
+  if (!link) {
+    link = document.createElement("a");
+    link.id = id;
+    link.download = name;
+    link.textContent = name;
+    $("downloads").append(link, " ");
+  } else {
+    URL.revokeObjectURL(link.href);
+  }
+  link.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+}
+
+function offerLosses() {
+  if (!rows.length) return;
+  const header = "step,loss,patches_per_s,mem_allocated_bytes,mem_peak_bytes\n";
+  offer("losses.csv", header + rows.map((r) => r.join(",")).join("\n") + "\n");
 }
 
 function drawLoss() {
@@ -55,34 +88,60 @@ function handle(body) {
     case "config": $("mem-source").textContent = body.memory_source; break;
     case "step":
       losses.push(body.loss); drawLoss();
+      rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
       $("status").textContent = `step ${body.step}/${body.total_steps}, loss ${body.loss.toFixed(4)}, ${body.patches_per_s.toFixed(0)} patches/s`;
       showMemory(body.mem_allocated_bytes, body.mem_peak_bytes, body.mem_budget_bytes ?? budget);
       break;
-    case "finished": $("status").textContent = `finished at step ${body.step}/${body.total_steps} in ${body.elapsed_s.toFixed(1)} s`; break;
+    case "finished":
+      $("status").textContent = `${body.stopped_early ? "stopped" : "finished"} at step ${body.step}/${body.total_steps} in ${body.elapsed_s.toFixed(1)} s`;
+      offerLosses();
+      break;
     case "evaluation": showResults(body); break;
   }
 }
 
 function start() {
-  $("start").disabled = true;
+  running(true);
+  losses.length = 0; rows.length = 0;
+  $("downloads").textContent = "";
   $("error").textContent = "";
   $("status").textContent = "loading the engine";
-  const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
   worker.onmessage = ({ data }) => {
     if (data.line !== undefined) {
       console.log(data.line);
       $("log").textContent += data.line + "\n";
       try { handle(JSON.parse(data.line)); } catch (e) { fail("cannot show an event: " + e); }
+    } else if (data.file !== undefined) {
+      offer(data.file.name, data.file.text);
     } else if (data.error !== undefined) {
       fail(data.error);
     } else if (data.done) {
       console.log("headroom: run ended");
-      $("start").disabled = false;
+      running(false);
     }
   };
   worker.onerror = (e) => fail("the worker stopped: " + (e.message || "see the console"));
   worker.postMessage({ query });
 }
 
+// Both take effect at the next step boundary: the step under way finishes first.
+function togglePause() {
+  paused = !paused;
+  worker.postMessage({ pause: paused });
+  $("pause").textContent = paused ? "Resume" : "Pause";
+  if (paused) $("status").textContent = "paused (after the step under way)";
+}
+
+function stop() {
+  worker.postMessage({ stop: true });
+  if (paused) worker.postMessage({ pause: false });
+  $("pause").disabled = true;
+  $("stop").disabled = true;
+  $("status").textContent = "stopping (after the step under way)";
+}
+
 $("start").onclick = start;
+$("pause").onclick = togglePause;
+$("stop").onclick = stop;
 if (new URLSearchParams(query).get("start") === "1") start();

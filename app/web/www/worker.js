@@ -1,11 +1,18 @@
-// The engine runs here, off the page's thread: a CPU run blocks while it trains.
-import init, { train } from "./pkg/headroom_web.js";
+// The engine runs here, off the page's thread: a CPU run blocks while it trains. The run
+// hands the thread back at every step boundary, which is when Pause and Stop get in.
+import init, { train, pause, stop } from "./pkg/headroom_web.js";
+
+let ready = null;
 
 onmessage = async ({ data }) => {
+  if (data.pause !== undefined) { await ready; pause(data.pause); return; }
+  if (data.stop) { await ready; stop(); return; }
   try {
-    await init();
+    ready = init();
+    await ready;
     const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
-    await train(data.query, webgpu, (line) => postMessage({ line }));
+    await train(data.query, webgpu, (line) => postMessage({ line }),
+      (name, text) => postMessage({ file: { name, text } }));
     postMessage({ done: true });
   } catch (e) {
     postMessage({ error: e instanceof Error ? e.message : String(e) });

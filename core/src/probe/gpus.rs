@@ -200,8 +200,8 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             .findings
             .push("wgpu found no adapter (no Vulkan, Metal, DX12 or GL driver)".to_string());
     }
-    let budgets = vulkan::heaps();
-    let native = native::free_memory();
+    let budgets = headroom_gpu_memory::vulkan_heaps();
+    let native = headroom_gpu_memory::os_adapters();
     // burn's wgpu runtime comes up on the first API of this chain that has an adapter, and
     // numbers adapters per kind within it (cubecl-wgpu's AutoGraphicsApi).
     let chain: &[wgpu::Backend] = if cfg!(target_os = "macos") {
@@ -236,23 +236,26 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             .then(|| {
                 budgets
                     .iter()
-                    .find(|h| h.vendor == info.vendor && h.device == info.device)
+                    .find(|h| h.is(info.vendor, info.device, &info.name))
             })
             .flatten();
         let (mut total, mut free) = match heap {
-            Some(h) => (h.total.clone(), h.free.clone()),
+            Some(h) => (figure(&h.total), figure(&h.free)),
             None => (
                 MemoryFigure::unknown(format!("{api} reports no memory size here")),
                 MemoryFigure::unknown(format!("{api} reports no free memory here")),
             ),
         };
         // DXGI (Windows) and Metal (macOS) know the adapter whatever API wgpu reached it by.
-        if let Some(n) = native.iter().find(|n| n.matches(&info)) {
+        if let Some(n) = native
+            .iter()
+            .find(|n| n.is(info.vendor, info.device, &info.name))
+        {
             if free.bytes.is_none() {
-                free = n.free.clone();
+                free = figure(&n.free);
             }
             if total.bytes.is_none() {
-                total = n.total.clone();
+                total = figure(&n.total);
             }
         }
         let allowed = settings.software_adapters || class != DeviceClass::SoftwareAdapter;
@@ -318,108 +321,12 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
     }
 }
 
-/// Free and total memory from the operating system's own graphics API: DXGI's video memory
-/// budget on Windows, a Metal device's recommended working set on macOS. Both are
-/// compile-checked here (Linux has neither); elsewhere the list is empty.
+/// What the operating system's graphics API says (headroom-gpu-memory), as the probe's figure.
 #[cfg(feature = "wgpu")]
-mod native {
-    use super::MemoryFigure;
-
-    pub struct Native {
-        pub vendor: Option<u32>,
-        pub device: Option<u32>,
-        pub name: Option<String>,
-        pub total: MemoryFigure,
-        pub free: MemoryFigure,
-    }
-
-    impl Native {
-        pub fn matches(&self, info: &wgpu::AdapterInfo) -> bool {
-            match (self.vendor, self.device, &self.name) {
-                (Some(v), Some(d), _) => v == info.vendor && d == info.device,
-                (_, _, Some(name)) => *name == info.name,
-                _ => false,
-            }
-        }
-    }
-
-    #[cfg(windows)]
-    pub fn free_memory() -> Vec<Native> {
-        use windows::Win32::Graphics::Dxgi::{
-            CreateDXGIFactory1, DXGI_MEMORY_SEGMENT_GROUP_LOCAL, DXGI_QUERY_VIDEO_MEMORY_INFO,
-            IDXGIAdapter3, IDXGIFactory1,
-        };
-        use windows::core::Interface;
-
-        let mut found = Vec::new();
-        // SAFETY: COM calls on objects DXGI created here, each checked for failure; the
-        // info structure is a plain out-parameter owned by this frame.
-        unsafe {
-            let Ok(factory) = CreateDXGIFactory1::<IDXGIFactory1>() else {
-                return found;
-            };
-            let mut index = 0;
-            while let Ok(adapter) = factory.EnumAdapters1(index) {
-                index += 1;
-                let Ok(desc) = adapter.GetDesc1() else {
-                    continue;
-                };
-                let Ok(adapter3) = adapter.cast::<IDXGIAdapter3>() else {
-                    continue;
-                };
-                let mut info = DXGI_QUERY_VIDEO_MEMORY_INFO::default();
-                let free = match adapter3.QueryVideoMemoryInfo(
-                    0,
-                    DXGI_MEMORY_SEGMENT_GROUP_LOCAL,
-                    &mut info,
-                ) {
-                    Ok(()) => MemoryFigure::known(
-                        info.Budget.saturating_sub(info.CurrentUsage),
-                        "DXGI video memory budget",
-                    ),
-                    Err(e) => MemoryFigure::unknown(format!("DXGI: {e}")),
-                };
-                found.push(Native {
-                    vendor: Some(desc.VendorId),
-                    device: Some(desc.DeviceId),
-                    name: None,
-                    total: MemoryFigure::known(
-                        desc.DedicatedVideoMemory as u64,
-                        "DXGI dedicated video memory",
-                    ),
-                    free,
-                });
-            }
-        }
-        found
-    }
-
-    #[cfg(target_os = "macos")]
-    pub fn free_memory() -> Vec<Native> {
-        use objc2_metal::{MTLCopyAllDevices, MTLDevice};
-
-        MTLCopyAllDevices()
-            .iter()
-            .map(|device| {
-                let working_set = device.recommendedMaxWorkingSetSize();
-                let allocated = device.currentAllocatedSize() as u64;
-                Native {
-                    vendor: None,
-                    device: None,
-                    name: Some(device.name().to_string()),
-                    total: MemoryFigure::known(working_set, "Metal recommended working set"),
-                    free: MemoryFigure::known(
-                        working_set.saturating_sub(allocated),
-                        "Metal recommended working set minus this process's allocations",
-                    ),
-                }
-            })
-            .collect()
-    }
-
-    #[cfg(not(any(windows, target_os = "macos")))]
-    pub fn free_memory() -> Vec<Native> {
-        Vec::new()
+fn figure(reading: &headroom_gpu_memory::Figure) -> MemoryFigure {
+    match reading.bytes {
+        Some(bytes) => MemoryFigure::known(bytes, reading.source.clone()),
+        None => MemoryFigure::unknown(reading.source.clone()),
     }
 }
 
@@ -489,88 +396,6 @@ mod allocation {
                     human(allocated)
                 ),
             ),
-        }
-    }
-}
-
-/// Device-local memory of Vulkan devices, with free memory from `VK_EXT_memory_budget`.
-#[cfg(feature = "wgpu")]
-mod vulkan {
-    use super::MemoryFigure;
-
-    pub struct Heap {
-        pub vendor: u32,
-        pub device: u32,
-        pub total: MemoryFigure,
-        pub free: MemoryFigure,
-    }
-
-    #[cfg(any(target_os = "macos", target_arch = "wasm32"))]
-    pub fn heaps() -> Vec<Heap> {
-        Vec::new()
-    }
-
-    #[cfg(not(any(target_os = "macos", target_arch = "wasm32")))]
-    pub fn heaps() -> Vec<Heap> {
-        query().unwrap_or_default()
-    }
-
-    #[cfg(not(any(target_os = "macos", target_arch = "wasm32")))]
-    fn query() -> Option<Vec<Heap>> {
-        use ash::vk;
-
-        // SAFETY: plain Vulkan queries on an instance created and destroyed here; every
-        // structure passed is initialised by ash's builders.
-        unsafe {
-            let entry = ash::Entry::load().ok()?;
-            let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_1);
-            let instance = entry
-                .create_instance(
-                    &vk::InstanceCreateInfo::default().application_info(&app),
-                    None,
-                )
-                .ok()?;
-            let mut heaps = Vec::new();
-            for physical in instance.enumerate_physical_devices().unwrap_or_default() {
-                let properties = instance.get_physical_device_properties(physical);
-                let has_budget = instance
-                    .enumerate_device_extension_properties(physical)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|e| e.extension_name_as_c_str() == Ok(c"VK_EXT_memory_budget"));
-                let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-                let mut memory = vk::PhysicalDeviceMemoryProperties2::default();
-                if has_budget {
-                    memory = memory.push_next(&mut budget);
-                }
-                instance.get_physical_device_memory_properties2(physical, &mut memory);
-                let props = memory.memory_properties;
-                let local: Vec<usize> = (0..props.memory_heap_count as usize)
-                    .filter(|&i| {
-                        props.memory_heaps[i]
-                            .flags
-                            .contains(vk::MemoryHeapFlags::DEVICE_LOCAL)
-                    })
-                    .collect();
-                let total: u64 = local.iter().map(|&i| props.memory_heaps[i].size).sum();
-                let free = if has_budget {
-                    let free: u64 = local
-                        .iter()
-                        .map(|&i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
-                        .sum();
-                    MemoryFigure::known(free, "Vulkan VK_EXT_memory_budget")
-                } else {
-                    MemoryFigure::unknown("the Vulkan driver lacks VK_EXT_memory_budget")
-                };
-                heaps.push(Heap {
-                    vendor: properties.vendor_id,
-                    device: properties.device_id,
-                    total: MemoryFigure::known(total, "Vulkan device-local heaps"),
-                    free,
-                });
-            }
-            instance.destroy_instance(None);
-            Some(heaps)
         }
     }
 }

@@ -2,11 +2,12 @@
 //! validation without autodiff, checkpoints, periodic memory cleanup. It reports through
 //! [`EventSink`] and prints nothing.
 
+mod control;
 pub mod schedule;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use web_time::Instant;
 
 use burn::optim::ModuleOptimizer;
@@ -613,7 +614,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let mut stopped_early = false;
         let mut recoveries = 0u32;
         while self.step < self.total_steps {
-            if self.should_stop() {
+            if control::stop_before_next(&self.options, self.step).await {
                 stopped_early = true;
                 break;
             }
@@ -766,21 +767,6 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             over.budget_bytes,
         )
         .or_else(|| halve(micro_batch)))
-    }
-
-    fn should_stop(&self) -> bool {
-        let set = |flag: &Option<Arc<AtomicBool>>| {
-            flag.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
-        };
-        while set(&self.options.pause) && !set(&self.options.stop) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        self.options.stop_after.is_some_and(|n| self.step >= n)
-            || self
-                .options
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     async fn train_step(&mut self) -> Result<StepReport, TrainError> {
