@@ -108,9 +108,9 @@ def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None)
         csv = browser.evaluate(
             "fetch(document.getElementById('file-results-csv').href).then(r => r.text())")
         assert csv.startswith("machine_type,id,auc,pauc,"), csv
-        last = csv.splitlines()[-1].split(",")
-        assert last[:2] == ["all", "mean"] and math.isclose(float(last[2]), evaluation["auc"],
-                                                           rel_tol=1e-6), csv
+        means = csv.splitlines()[-1].split(",")
+        assert means[:2] == ["all", "mean"] and math.isclose(float(means[2]), evaluation["auc"],
+                                                             rel_tol=1e-6), csv
     finally:
         browser.close()
     print(f"cpu fallback: {steps} steps, loss {first:.4f} -> {last:.4f}, "

@@ -35,6 +35,7 @@ function offer(name, text) {
     link.id = id;
     link.download = name;
     link.textContent = name;
+    if (!$("downloads").querySelector("a")) $("downloads").textContent = "";
     $("downloads").append(link, " ");
   } else {
     URL.revokeObjectURL(link.href);
@@ -89,7 +90,8 @@ function handle(body) {
     case "step":
       losses.push(body.loss); drawLoss();
       rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
-      $("status").textContent = `step ${body.step}/${body.total_steps}, loss ${body.loss.toFixed(4)}, ${body.patches_per_s.toFixed(0)} patches/s`;
+      $("status").textContent = (paused ? "paused after " : "") +
+        `step ${body.step}/${body.total_steps}, loss ${body.loss.toFixed(4)}, ${body.patches_per_s.toFixed(0)} patches/s`;
       showMemory(body.mem_allocated_bytes, body.mem_peak_bytes, body.mem_budget_bytes ?? budget);
       break;
     case "finished":
@@ -103,7 +105,7 @@ function handle(body) {
 function start() {
   running(true);
   losses.length = 0; rows.length = 0;
-  $("downloads").textContent = "";
+  $("downloads").textContent = "none yet";
   $("error").textContent = "";
   $("status").textContent = "loading the engine";
   worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
