@@ -117,8 +117,13 @@ def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None)
           f"peak {max(peaks) >> 20} MiB, AUC {evaluation['auc']:.3f}")
 
 
+def events_in(lines: list[str]) -> list[dict]:
+    """The page's events among console lines."""
+    return [json.loads(l) for l in lines if l.startswith("{")]
+
+
 def steps_in(lines: list[str]) -> list[dict]:
-    return [e for e in (json.loads(l) for l in lines if l.startswith("{")) if e["event"] == "step"]
+    return of(events_in(lines), "step")
 
 
 def test_cpu_pause_resume_and_stop(base: str):
@@ -150,7 +155,7 @@ def test_cpu_pause_resume_and_stop(base: str):
         for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), 300):
             assert not line.startswith(FAILED), line
             seen.append(line)
-        events = [json.loads(l) for l in seen if l.startswith("{")]
+        events = events_in(seen)
         finished = of(events, "finished")[0]
         assert finished["stopped_early"] and paused_at + 3 <= finished["step"] < steps, finished
         assert not of(events, "evaluation"), "a stopped run scored the test split"

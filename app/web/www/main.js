@@ -5,8 +5,7 @@ const $ = (id) => document.getElementById(id);
 $("settings").textContent = "Settings: " + (query || "(the defaults; e.g. ?backend=cpu&steps=40&start=1)");
 
 const mib = (b) => (b / 1048576).toFixed(0) + " MiB";
-const losses = [];
-// One row per step, for losses.csv.
+// One row per step (step, loss, patches/s, memory in use, peak): the curve and losses.csv.
 const rows = [];
 let budget = null;
 let worker = null;
@@ -50,6 +49,7 @@ function offerLosses() {
 }
 
 function drawLoss() {
+  const losses = rows.map((r) => r[1]);
   const c = $("loss"), g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
   if (losses.length < 2) return;
@@ -88,8 +88,8 @@ function handle(body) {
     case "plan": $("plan").textContent = `Plan: ${body.reason}; ${body.precision}, checkpointing ${body.checkpointing ? "on" : "off"}`; break;
     case "config": $("mem-source").textContent = body.memory_source; break;
     case "step":
-      losses.push(body.loss); drawLoss();
       rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
+      drawLoss();
       $("status").textContent = (paused ? "paused after " : "") +
         `step ${body.step}/${body.total_steps}, loss ${body.loss.toFixed(4)}, ${body.patches_per_s.toFixed(0)} patches/s`;
       showMemory(body.mem_allocated_bytes, body.mem_peak_bytes, body.mem_budget_bytes ?? budget);
@@ -104,7 +104,7 @@ function handle(body) {
 
 function start() {
   running(true);
-  losses.length = 0; rows.length = 0;
+  rows.length = 0;
   $("downloads").textContent = "none yet";
   $("error").textContent = "";
   $("status").textContent = "loading the engine";

@@ -228,15 +228,4 @@ mod tests {
         assert!(!by_name.is(0, 0, "Apple M3"));
         assert!(!memory(None, None, None).is(0, 0, ""));
     }
-
-    /// Whatever the machine has, every heap found is named by PCI ids and says where its
-    /// figures come from (here: lavapipe's heap, or no Vulkan driver at all).
-    #[test]
-    fn vulkan_heaps_are_named_and_sourced() {
-        for heap in vulkan_heaps() {
-            assert!(heap.vendor.is_some() && heap.device.is_some(), "{heap:?}");
-            assert!(heap.total.bytes.is_some(), "{heap:?}");
-            assert!(!heap.free.source.is_empty(), "{heap:?}");
-        }
-    }
 }
