@@ -367,8 +367,9 @@ fn halve(micro_batch: usize) -> Option<usize> {
 
 /// The largest micro-batch below `failed` whose peak in this run fits `budget`: the peak the
 /// failed step reached here, moved by what the measured steps say a micro-batch of the
-/// other size costs more or less (step and read-ahead), with the planner's margin on the
-/// step. `None` when not even one spectrogram fits.
+/// other size costs more or less (step, read-ahead, and the summed gradients a step split
+/// into several micro-batches holds), with the planner's margin on the step. `None` when
+/// not even one spectrogram fits.
 fn refit_micro_batch(
     memory: &crate::plan::MemoryModel,
     read_ahead: ReadAhead,
@@ -379,7 +380,18 @@ fn refit_micro_batch(
 ) -> Option<usize> {
     let n = config.n_patches;
     let cost = memory.cost(config.precision, config.checkpointing)?;
-    let at = |mb: usize| cost.at(mb * n) + read_ahead.bytes(mb) as f64;
+    let clips = config.clips_per_step();
+    // A step that was one micro-batch and now accumulates holds one more set of gradients:
+    // leaving it out re-planned 8 spectrograms to 6 on wgpu, and the redone step (6 + 2)
+    // went over again by about that much (core/tests/recovery.rs).
+    let summed = |mb: usize| {
+        if clips.div_ceil(mb) > 1 {
+            memory.accumulation_bytes as f64
+        } else {
+            0.0
+        }
+    };
+    let at = |mb: usize| cost.at(mb * n) + read_ahead.bytes(mb) as f64 + summed(mb);
     let base = failed_peak as f64 - at(failed);
     (1..failed).rev().find(|&mb| {
         let step = cost.at(mb * n);
@@ -687,6 +699,9 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         } else {
             None
         };
+        // Calibrating (a run without a plan) fills the same device pool; the redone step is
+        // measured against the budget from what the pool holds, so those pages go back too.
+        self.meter.cleanup();
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
                 Ok(()) if self.options.out_dir.is_some() => {
@@ -1237,5 +1252,44 @@ impl std::ops::Deref for Trainer {
 impl std::ops::DerefMut for Trainer {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut *self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{MeasuredCost, MemoryModel};
+
+    /// 1,000 bytes a patch; a step of 8 spectrograms of one patch reached 10,000 bytes and
+    /// the budget is 9,000. Leaving out the summed gradients a split step holds, 7 fits
+    /// exactly; with them (1,500 bytes), 7 + 1 and 6 + 2 do not, 5 + 3 does.
+    #[test]
+    fn a_recovery_counts_the_gradients_a_split_step_sums() {
+        let mut memory = MemoryModel {
+            plain: MeasuredCost::new([(0, 0.0), (16, 16_000.0)]),
+            checkpointed: None,
+            half: None,
+            accumulation_bytes: 0,
+            margin: 0.0,
+        };
+        let config = TrainConfig {
+            micro_batch: 8,
+            n_patches: 1,
+            accumulation: 1,
+            precision: Precision::F32,
+            checkpointing: false,
+            ..TrainConfig::default()
+        };
+        let refit = |memory: &MemoryModel| {
+            refit_micro_batch(memory, ReadAhead::NONE, &config, 8, 10_000, 9_000)
+        };
+        assert_eq!(refit(&memory), Some(7));
+        memory.accumulation_bytes = 1_500;
+        assert_eq!(refit(&memory), Some(5));
+        assert_eq!(
+            refit_micro_batch(&memory, ReadAhead::NONE, &config, 8, 10_000, 1_000),
+            None,
+            "not one spectrogram fits"
+        );
     }
 }
