@@ -65,6 +65,7 @@ fn an_out_of_memory_step_is_redone_at_the_largest_micro_batch_that_fits_and_lose
     // Each patch of this model costs about 2.1-2.4 MiB on flex; 16 spectrograms of 2
     // patches, and a budget 12 MiB under what they reached: about three spectrograms too
     // many. Halving (to 8) would leave a quarter of the budget unused.
+    let _alone = alone();
     let (a, short, to) = recovers(BackendKind::Flex, 16, 3, 12 * MIB);
     ends_where_a_run_split_by_choice_ends(a, short, 3, to);
 }
@@ -77,20 +78,20 @@ fn an_out_of_memory_step_is_redone_at_the_largest_micro_batch_that_fits_and_lose
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_recovers_the_same_way() {
+    let _alone = alone();
     recovers(BackendKind::Wgpu, 8, 3, 8 * MIB);
 }
 
 /// Run A: micro-batch `micro_batch` x 2 patches; after step `k - 1` the budget drops to
 /// `below` under that step's peak. The redone step and the rest of the run must fit the new
 /// budget, use at least 85% of it, and keep the effective batch. Returns run A, its
-/// configuration, and the micro-batch it recovered to.
+/// configuration, and the micro-batch it recovered to. The caller holds [`alone`].
 fn recovers(
     backend: BackendKind,
     micro_batch: usize,
     k: u64,
     below: u64,
 ) -> (Trainer, TrainConfig, usize) {
-    let _alone = alone();
     let mut short = config_on(backend);
     short.micro_batch = micro_batch;
     short.length = RunLength::Steps(k + 2);
@@ -164,7 +165,6 @@ fn recovers(
 /// Run B: run A's first micro-batch for `k - 1` steps, then micro-batch `to` by choice; it
 /// must end with run A's parameters.
 fn ends_where_a_run_split_by_choice_ends(a: Trainer, short: TrainConfig, k: u64, to: usize) {
-    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let mut b = Trainer::new(
         short,
