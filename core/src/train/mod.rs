@@ -381,9 +381,8 @@ fn refit_micro_batch(
     let n = config.n_patches;
     let cost = memory.cost(config.precision, config.checkpointing)?;
     let clips = config.clips_per_step();
-    // A step that was one micro-batch and now accumulates holds one more set of gradients:
-    // leaving it out re-planned 8 spectrograms to 6 on wgpu, and the redone step (6 + 2)
-    // went over again by about that much (core/tests/recovery.rs).
+    // A step that was one micro-batch and now accumulates holds one more set of gradients,
+    // as the planner's predictions count it (`MemoryModel::predict_step`).
     let summed = |mb: usize| {
         if clips.div_ceil(mb) > 1 {
             memory.accumulation_bytes as f64
