@@ -173,12 +173,18 @@ impl MemoryModel {
         checkpointing: bool,
     ) -> Option<u64> {
         let cost = self.cost(precision, checkpointing)?;
-        let held = if accumulation > 1 {
+        let held = self.summed_gradient_bytes(accumulation);
+        Some(((cost.at(patches).max(0.0) + held) * (1.0 + self.margin)).ceil() as u64)
+    }
+
+    /// What a step of `accumulation` micro-batches holds beyond one micro-batch's step: the
+    /// summed gradients, once it has more than one.
+    pub fn summed_gradient_bytes(&self, accumulation: usize) -> f64 {
+        if accumulation > 1 {
             self.accumulation_bytes as f64
         } else {
             0.0
-        };
-        Some(((cost.at(patches).max(0.0) + held) * (1.0 + self.margin)).ceil() as u64)
+        }
     }
 
     /// The measured cost of one kind of step; `None` for a kind that was not measured.

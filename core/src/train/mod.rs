@@ -382,15 +382,12 @@ fn refit_micro_batch(
     let cost = memory.cost(config.precision, config.checkpointing)?;
     let clips = config.clips_per_step();
     // A step that was one micro-batch and now accumulates holds one more set of gradients,
-    // as the planner's predictions count it (`MemoryModel::predict_step`).
-    let summed = |mb: usize| {
-        if clips.div_ceil(mb) > 1 {
-            memory.accumulation_bytes as f64
-        } else {
-            0.0
-        }
+    // as the planner's predictions count it.
+    let at = |mb: usize| {
+        cost.at(mb * n)
+            + read_ahead.bytes(mb) as f64
+            + memory.summed_gradient_bytes(clips.div_ceil(mb))
     };
-    let at = |mb: usize| cost.at(mb * n) + read_ahead.bytes(mb) as f64 + summed(mb);
     let base = failed_peak as f64 - at(failed);
     (1..failed).rev().find(|&mb| {
         let step = cost.at(mb * n);
@@ -698,9 +695,6 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         } else {
             None
         };
-        // Calibrating (a run without a plan) fills the same device pool; the redone step is
-        // measured against the budget from what the pool holds, so those pages go back too.
-        self.meter.cleanup();
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
                 Ok(()) if self.options.out_dir.is_some() => {
@@ -762,6 +756,9 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             .await
             .map_err(PlanningError::from)?;
             self.calibration = Some(calibration);
+            // Calibrating filled the run's device pool; the redone step is measured against
+            // the budget from what the pool holds, so those pages go back first.
+            self.meter.cleanup();
         }
         let Some(calibration) = &self.calibration else {
             return Ok(halve(micro_batch));
