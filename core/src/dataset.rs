@@ -7,8 +7,8 @@ use std::sync::Arc;
 use headroom_datasets::dcase::{self, LayoutError};
 use headroom_datasets::store::spectrogram_bytes;
 use headroom_datasets::{
-    ClipInfo, ClipReader, ClipStore, FeatureCache, FeatureSettings, FileError, PatchSpec, Prefetch,
-    Split, SyntheticDataset,
+    ClipInfo, ClipReader, ClipStore, FeatureCache, FeatureSettings, FileError, LoadedFile,
+    PatchSpec, Prefetch, Split, SyntheticDataset,
 };
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,9 @@ pub struct LoaderOptions {
     pub on_bad_file: OnBadFile,
     /// A folder for log-mel features of recordings, reused across runs.
     pub cache: Option<PathBuf>,
+    /// The DCASE dataset's files, handed over as bytes by their paths under the run's
+    /// `--data-root` (a web page's picked folder), instead of read from disk.
+    pub files: Option<Arc<[LoadedFile]>>,
 }
 
 impl Default for LoaderOptions {
@@ -51,6 +54,7 @@ impl Default for LoaderOptions {
             host_memory_bytes: 1 << 30,
             on_bad_file: OnBadFile::Fail,
             cache: None,
+            files: None,
         }
     }
 }
@@ -113,7 +117,10 @@ pub fn open(config: &TrainConfig, loader: &LoaderOptions) -> Result<RunData, Dat
             machine_type,
             features,
         } => {
-            let index = dcase::scan(root, machine_type.as_deref())?;
+            let index = match &loader.files {
+                Some(files) => dcase::index_files(root, files, machine_type.as_deref())?,
+                None => dcase::scan(root, machine_type.as_deref())?,
+            };
             let cache = match &loader.cache {
                 Some(dir) => Some(FeatureCache::new(dir).map_err(|source| DataError::Cache {
                     dir: dir.clone(),

@@ -40,6 +40,16 @@ pub enum Label {
     Anomaly,
 }
 
+/// A file handed over as bytes rather than found on disk: what a web page has of the files
+/// its user picks or drops (a page cannot open paths).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedFile {
+    /// Where it sat in the user's folder (`dev_data/fan/train/normal_id_00_00000000.wav`):
+    /// what the layout is read from and what errors name.
+    pub path: std::path::PathBuf,
+    pub bytes: std::sync::Arc<[u8]>,
+}
+
 /// Where a clip's spectrogram comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Origin {
@@ -47,6 +57,10 @@ pub enum Origin {
     Wav(std::path::PathBuf),
     /// Precomputed features, `[n_mels, frames]`.
     Npy(std::path::PathBuf),
+    /// A recording handed over as bytes.
+    WavBytes(LoadedFile),
+    /// Precomputed features handed over as bytes.
+    NpyBytes(LoadedFile),
     /// A clip of the built-in synthetic dataset, synthesised when read.
     Synthetic(crate::synthetic::ClipKey),
 }
@@ -55,6 +69,7 @@ impl Origin {
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {
             Origin::Wav(p) | Origin::Npy(p) => Some(p),
+            Origin::WavBytes(f) | Origin::NpyBytes(f) => Some(&f.path),
             Origin::Synthetic(_) => None,
         }
     }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::clip::{ClipInfo, Label, Origin, Split};
+use crate::clip::{ClipInfo, Label, LoadedFile, Origin, Split};
 use crate::error::{FileError, FileProblem};
 
 /// The machine types of the challenge; other folder names are accepted too.
@@ -140,8 +140,7 @@ pub fn scan(root: &Path, machine_type: Option<&str>) -> Result<DcaseIndex, Layou
             });
         }
     }
-    let mut clips = Vec::new();
-    let mut problems = Vec::new();
+    let mut found = Found::default();
     for (type_name, dir) in &types {
         for (split, folder) in [(Split::Train, "train"), (Split::Test, "test")] {
             let folder = dir.join(folder);
@@ -149,47 +148,163 @@ pub fn scan(root: &Path, machine_type: Option<&str>) -> Result<DcaseIndex, Layou
                 continue;
             }
             for path in read_dir_sorted(&folder)? {
-                let extension = path.extension().and_then(|e| e.to_str());
-                let origin = match extension.map(str::to_ascii_lowercase).as_deref() {
-                    Some("wav") => Origin::Wav(path.clone()),
-                    Some("npy") => Origin::Npy(path.clone()),
-                    // README files, .DS_Store, score files: not clips.
-                    _ => continue,
-                };
-                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-                let parsed = parse_name(stem.as_deref().unwrap_or_default());
-                match parsed {
-                    Ok(name) if split == Split::Train && name.label == Some(Label::Anomaly) => {
-                        problems.push(FileError::new(&path, FileProblem::AnomalyInTrain));
-                    }
-                    Ok(name) => clips.push(ClipInfo {
-                        name: path
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                        machine_type: type_name.clone(),
-                        machine_id: name.machine_id,
-                        split,
-                        label: name.label,
-                        origin,
-                    }),
-                    Err(problem) => problems.push(FileError::new(&path, problem)),
-                }
+                found.add(&path, type_name, split, |format| match format {
+                    ClipFormat::Wav => Origin::Wav(path.clone()),
+                    ClipFormat::Npy => Origin::Npy(path.clone()),
+                });
             }
         }
     }
-    if clips.is_empty() && problems.is_empty() {
-        return Err(LayoutError::NoFiles {
+    found.into_index(
+        root,
+        types.into_iter().map(|(n, _)| n).collect(),
+        machine_type,
+    )
+}
+
+/// The two kinds of clip file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClipFormat {
+    Wav,
+    Npy,
+}
+
+/// What a scan has found so far: one rule for files on disk and files handed over.
+#[derive(Default)]
+struct Found {
+    clips: Vec<ClipInfo>,
+    problems: Vec<FileError>,
+}
+
+impl Found {
+    /// Adds the file at `path`, in `split` of `type_name`, if its extension makes it a clip.
+    fn add(
+        &mut self,
+        path: &Path,
+        type_name: &str,
+        split: Split,
+        origin: impl FnOnce(ClipFormat) -> Origin,
+    ) {
+        let extension = path.extension().and_then(|e| e.to_str());
+        let format = match extension.map(str::to_ascii_lowercase).as_deref() {
+            Some("wav") => ClipFormat::Wav,
+            Some("npy") => ClipFormat::Npy,
+            // README files, .DS_Store, score files: not clips.
+            _ => return,
+        };
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        match parse_name(stem.as_deref().unwrap_or_default()) {
+            Ok(name) if split == Split::Train && name.label == Some(Label::Anomaly) => {
+                self.problems
+                    .push(FileError::new(path, FileProblem::AnomalyInTrain));
+            }
+            Ok(name) => self.clips.push(ClipInfo {
+                name: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                machine_type: type_name.to_string(),
+                machine_id: name.machine_id,
+                split,
+                label: name.label,
+                origin: origin(format),
+            }),
+            Err(problem) => self.problems.push(FileError::new(path, problem)),
+        }
+    }
+
+    fn into_index(
+        self,
+        root: &Path,
+        machine_types: Vec<String>,
+        machine_type: Option<&str>,
+    ) -> Result<DcaseIndex, LayoutError> {
+        if self.clips.is_empty() && self.problems.is_empty() {
+            return Err(LayoutError::NoFiles {
+                root: root.to_path_buf(),
+                machine_type: machine_type.map(str::to_string),
+            });
+        }
+        Ok(DcaseIndex {
             root: root.to_path_buf(),
-            machine_type: machine_type.map(str::to_string),
+            machine_types,
+            clips: self.clips,
+            problems: self.problems,
+        })
+    }
+}
+
+/// Lists the clips among files handed over as bytes (a web page's picked or dropped
+/// folder), by their paths, as `scan` lists a folder: a file counts when it sits directly in
+/// a `train/` or `test/` folder, whose parent names its machine type (`root` when the split
+/// folder is the path's first).
+pub fn index_files(
+    root: &Path,
+    files: &[LoadedFile],
+    machine_type: Option<&str>,
+) -> Result<DcaseIndex, LayoutError> {
+    let root_name = root.to_string_lossy().into_owned();
+    let mut placed: Vec<(String, Split, LoadedFile)> = Vec::new();
+    for file in files {
+        let folders: Vec<String> = file
+            .path
+            .parent()
+            .map(|p| {
+                p.components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let split = match folders.last().map(String::as_str) {
+            Some("train") => Split::Train,
+            Some("test") => Split::Test,
+            _ => continue,
+        };
+        let type_name = match folders.len() {
+            1 => root_name.clone(),
+            n => folders[n - 2].clone(),
+        };
+        placed.push((type_name, split, file.clone()));
+    }
+    let mut types: Vec<String> = placed.iter().map(|(t, _, _)| t.clone()).collect();
+    types.sort();
+    types.dedup();
+    if types.is_empty() {
+        return Err(LayoutError::NoMachineTypes {
+            root: root.to_path_buf(),
         });
     }
-    Ok(DcaseIndex {
-        root: root.to_path_buf(),
-        machine_types: types.into_iter().map(|(n, _)| n).collect(),
-        clips,
-        problems,
-    })
+    if let Some(asked) = machine_type {
+        if !types.iter().any(|t| t == asked) {
+            return Err(LayoutError::UnknownMachineType {
+                root: root.to_path_buf(),
+                asked: asked.to_string(),
+                found: types,
+            });
+        }
+        placed.retain(|(t, _, _)| t == asked);
+        types.retain(|t| t == asked);
+    }
+    // The order `scan` gives: by type, train before test, then by path.
+    placed.sort_by(|a, b| {
+        (&a.0, split_rank(a.1), &a.2.path).cmp(&(&b.0, split_rank(b.1), &b.2.path))
+    });
+    let mut found = Found::default();
+    for (type_name, split, file) in placed {
+        let path = file.path.clone();
+        found.add(&path, &type_name, split, |format| match format {
+            ClipFormat::Wav => Origin::WavBytes(file),
+            ClipFormat::Npy => Origin::NpyBytes(file),
+        });
+    }
+    found.into_index(root, types, machine_type)
+}
+
+fn split_rank(split: Split) -> u8 {
+    match split {
+        Split::Train => 0,
+        Split::Test => 1,
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +416,88 @@ mod tests {
         assert!(
             unknown.contains("no machine type \"valve\"; it has: fan, pump"),
             "{unknown}"
+        );
+    }
+
+    /// The files under `dir`, as a page has them when its user picks `dir`: by paths that
+    /// start with the folder's name.
+    fn picked(dir: &Path, name: &str) -> Vec<LoadedFile> {
+        let mut files = Vec::new();
+        let mut folders = vec![dir.to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else {
+                    files.push(LoadedFile {
+                        path: Path::new(name).join(path.strip_prefix(dir).unwrap()),
+                        bytes: std::fs::read(&path).unwrap().into(),
+                    });
+                }
+            }
+        }
+        files
+    }
+
+    #[test]
+    fn files_handed_over_index_as_a_scan_of_their_folder_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        touch(root, "fan/train/normal_id_00_00000001.wav");
+        touch(root, "fan/train/normal_id_00_00000000.wav");
+        touch(root, "fan/train/anomaly_id_00_00000000.wav");
+        touch(root, "fan/train/notes.txt");
+        touch(root, "fan/test/anomaly_id_02_00000000.npy");
+        touch(root, "fan/test/id_04_00000000.wav");
+        touch(root, "fan/test/recording 7.wav");
+        touch(root, "fan/normal_id_00_00000009.wav");
+        touch(root, "pump/train/normal_id_01_00000000.wav");
+        let listed = |index: &DcaseIndex| -> Vec<(String, String, Split, Option<Label>)> {
+            index
+                .clips
+                .iter()
+                .map(|c| (c.machine_type.clone(), c.name.clone(), c.split, c.label))
+                .collect()
+        };
+        let on_disk = scan(root, None).unwrap();
+        let handed = index_files(Path::new("dev_data"), &picked(root, "dev_data"), None).unwrap();
+        assert_eq!(listed(&handed), listed(&on_disk));
+        assert_eq!(handed.machine_types, on_disk.machine_types);
+        assert_eq!(handed.problems.len(), 2, "{:?}", handed.problems);
+        assert!(matches!(
+            &handed.clips[0].origin,
+            Origin::WavBytes(f) if f.path == Path::new("dev_data/fan/train/normal_id_00_00000000.wav")
+        ));
+        assert!(matches!(handed.clips[2].origin, Origin::NpyBytes(_)));
+        let problem = handed.problems[0].to_string();
+        assert!(
+            problem.contains("dev_data/fan/train/anomaly_id_00_00000000.wav"),
+            "{problem}"
+        );
+
+        // A machine type's own folder picked: its name is the type.
+        let fan = index_files(Path::new("fan"), &picked(&root.join("fan"), "fan"), None).unwrap();
+        assert_eq!(fan.machine_types, ["fan"]);
+        let pump = index_files(Path::new("d"), &picked(root, "d"), Some("pump")).unwrap();
+        assert_eq!(pump.clips.len(), 1);
+        let unknown = index_files(Path::new("d"), &picked(root, "d"), Some("valve"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unknown.contains("d has no machine type \"valve\"; it has: fan, pump"),
+            "{unknown}"
+        );
+        let loose = index_files(
+            Path::new("music"),
+            &picked(&root.join("fan/test"), "music"),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            loose.contains("music holds no machine-type folder"),
+            "{loose}"
         );
     }
 

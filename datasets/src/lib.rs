@@ -15,7 +15,7 @@ pub mod reader;
 pub mod store;
 pub mod synthetic;
 
-pub use clip::{ClipInfo, Label, Origin, Spectrogram, Split};
+pub use clip::{ClipInfo, Label, LoadedFile, Origin, Spectrogram, Split};
 pub use error::{FileError, FileProblem};
 pub use logmel::{LogMel, LogMelConfig};
 pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchShape, PatchSpec};

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::audio::{read_wav, resample};
+use crate::audio::{Audio, decode_wav, read_wav, resample};
 use crate::clip::{ClipInfo, Origin, Spectrogram};
 use crate::error::{FileError, FileProblem};
 use crate::logmel::{LogMel, LogMelConfig};
-use crate::npy::{read_npy, write_npy};
+use crate::npy::{decode_npy, read_npy, write_npy};
 use crate::synthetic::{SyntheticConfig, waveform};
 
 /// How recordings become features; part of a run's identity (saved in checkpoints).
@@ -68,6 +68,13 @@ impl ClipReader {
                 }
                 Ok(spectrogram)
             }
+            Origin::NpyBytes(file) => {
+                decode_npy(&file.bytes, n_mels).map_err(|p| FileError::new(&file.path, p))
+            }
+            Origin::WavBytes(file) => {
+                let audio = decode_wav(&file.bytes).map_err(|p| FileError::new(&file.path, p))?;
+                self.features(audio, &file.path)
+            }
             Origin::Synthetic(key) => {
                 let config = self.synthetic.as_ref().ok_or_else(|| {
                     FileError::new(clip.describe(), FileProblem::NoSyntheticConfig)
@@ -79,7 +86,11 @@ impl ClipReader {
 
     /// The log-mel of one recording, as `trainer-cli features` writes it.
     pub fn wav_features(&self, path: &Path) -> Result<Spectrogram, FileError> {
-        let mut audio = read_wav(path)?;
+        self.features(read_wav(path)?, path)
+    }
+
+    /// The log-mel of decoded audio from `path`, resampled when allowed.
+    fn features(&self, mut audio: Audio, path: &Path) -> Result<Spectrogram, FileError> {
         let expected = self.settings.logmel.sample_rate;
         if audio.sample_rate != expected {
             if !self.settings.resample {
@@ -230,6 +241,27 @@ mod tests {
         // A corrupt cache file is recomputed, not trusted.
         std::fs::write(&entry, b"garbage").unwrap();
         assert_eq!(reader.read(&wav_clip(&wav)).unwrap(), first);
+    }
+
+    #[test]
+    fn a_recording_handed_over_as_bytes_reads_as_the_file_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let wav = dir.path().join("c.wav");
+        write_wav(&wav, &tone(16_000, 1.0)).unwrap();
+        let reader = ClipReader::new(FeatureSettings::default());
+        let loaded = |bytes: Vec<u8>| crate::clip::LoadedFile {
+            path: "picked/fan/train/c.wav".into(),
+            bytes: bytes.into(),
+        };
+        let mut clip = wav_clip(&wav);
+        clip.origin = Origin::WavBytes(loaded(std::fs::read(&wav).unwrap()));
+        assert_eq!(
+            reader.read(&clip).unwrap(),
+            reader.read(&wav_clip(&wav)).unwrap()
+        );
+        clip.origin = Origin::WavBytes(loaded(b"RIFF....".to_vec()));
+        let error = reader.read(&clip).unwrap_err().to_string();
+        assert!(error.starts_with("picked/fan/train/c.wav: "), "{error}");
     }
 
     #[test]

@@ -133,6 +133,33 @@ class Browser:
         )
         return result.get("result", {}).get("value")
 
+    def wait_loaded(self, timeout: float = 30) -> None:
+        """Waits for the page's scripts to have run (its module scripts run before `load`)."""
+        deadline = time.monotonic() + timeout
+        while self.evaluate("document.readyState") != "complete":
+            if time.monotonic() > deadline:
+                raise BrowserError(f"the page did not load in {timeout} s")
+            time.sleep(0.1)
+
+    def pick_folder(self, selector: str, folder: str) -> None:
+        """Picks `folder` in the page's folder input (`webkitdirectory`), as a user does in
+        the browser's dialog: the files arrive with paths from the folder's name down."""
+        self.call("DOM.enable", session=self.session)
+        root = self.call("DOM.getDocument", session=self.session)["root"]["nodeId"]
+        node = self.call("DOM.querySelector", {"nodeId": root, "selector": selector},
+                         session=self.session)["nodeId"]
+        if not node:
+            raise BrowserError(f"the page has no {selector}")
+        self.call("DOM.setFileInputFiles", {"nodeId": node, "files": [folder]},
+                  session=self.session)
+
+    def drop_folder(self, folder: str, x: int = 100, y: int = 100) -> None:
+        """Drags `folder` onto the page at (x, y) and drops it, as from a file manager."""
+        data = {"items": [], "files": [folder], "dragOperationsMask": 1}
+        for kind in ("dragEnter", "dragOver", "drop"):
+            self.call("Input.dispatchDragEvent", {"type": kind, "x": x, "y": y, "data": data},
+                      session=self.session)
+
     def screenshot(self, path: str) -> None:
         data = self.call("Page.captureScreenshot", {"format": "png"}, session=self.session)
         with open(path, "wb") as f:

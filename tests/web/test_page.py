@@ -11,6 +11,7 @@ import http.server
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,13 +38,31 @@ def serve(folder: str) -> str:
 
 
 def run_page(url: str, webgpu: bool, timeout: float, screenshot: str | None = None,
-             screenshot_at_step: int = 0) -> tuple[list[dict], Browser]:
-    """The events of one run of the page; the browser stays open for DOM checks."""
+             screenshot_at_step: int = 0, folder: str | None = None, how: str = "picked",
+             expect_error: bool = False) -> tuple[list[dict], Browser]:
+    """The events of one run of the page; the browser stays open for DOM checks. With
+    `folder`, the user picks it (`how="picked"`) or drops it on the page ("dropped") and
+    presses Start (the address must not start the run)."""
     browser = Browser(webgpu=webgpu)
     browser.navigate(url)
+    if folder:
+        browser.wait_loaded()
+        if how == "picked":
+            browser.pick_folder("#folder", folder)
+        else:
+            browser.drop_folder(folder)
+        # The page takes the files after an event of its own: Start once it shows them.
+        deadline = time.monotonic() + 30
+        while how not in browser.evaluate("document.getElementById('data').textContent"):
+            if time.monotonic() > deadline:
+                raise AssertionError("the page did not take the picked folder")
+            time.sleep(0.1)
+        browser.evaluate("document.getElementById('start').click()")
     events = []
     for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), timeout):
         if line.startswith(FAILED):
+            if expect_error:
+                return events, browser
             browser.close()
             raise AssertionError(f"the page reported an error: {line}")
         if line.startswith("{"):
@@ -58,6 +77,14 @@ def run_page(url: str, webgpu: bool, timeout: float, screenshot: str | None = No
 def of(events: list[dict], kind: str) -> list[dict]:
     """The events of one kind (`trainer-cli --json`'s `event` key: `step`, `plan`...)."""
     return [e for e in events if e.get("event") == kind]
+
+
+def synthesize(trainer_cli: str, out: str, flags: list[str]) -> None:
+    """Writes the built-in dataset's recordings as WAV files in the DCASE layout."""
+    result = subprocess.run([trainer_cli, "synth", "--out", out, *flags],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"trainer-cli synth failed: {result.stderr}")
 
 
 def native_losses(trainer_cli: str, flags: list[str]) -> list[float]:
@@ -251,6 +278,59 @@ def test_cpu_losses_equal_native(base: str, trainer_cli: str):
     print(f"cpu losses equal native: page {page}, native {native}")
 
 
+def test_user_folder_trains_as_native(base: str, trainer_cli: str):
+    """A folder of WAV recordings in the DCASE layout, picked in the page: its features are
+    computed in WebAssembly by the native code, so the first steps' losses are those of
+    `trainer-cli train --data-root` on the same folder; the test split is scored. A folder
+    without the layout, dropped on the page, is an error in the page that says what is
+    expected."""
+    split, steps, seed = (4, 4, 1), 3, 11
+    (batch, patches, accumulation) = split
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "dev_data")
+        synthesize(trainer_cli, data, ["--machine-type", "fan", "--machine-ids", "2",
+                                       "--train-clips-per-id", "6", "--test-clips-per-id", "2",
+                                       "--seed", "5"])
+        query = (f"backend=cpu&plan=0&steps={steps}&seed={seed}&batch={batch}"
+                 f"&patches={patches}&accumulation={accumulation}")
+        events, browser = run_page(f"{base}?{query}", webgpu=False, timeout=900, folder=data)
+        try:
+            shown = browser.evaluate("document.getElementById('data').textContent")
+            assert shown.startswith("20 .wav/.npy files picked (dev_data)"), shown
+        finally:
+            browser.close()
+        native = native_losses(trainer_cli, [
+            "--data-root", data, "--backend", "flex", "--no-plan", "--steps", str(steps),
+            "--seed", str(seed), "--batch-size", str(batch), "--n-patches", str(patches),
+            "--gradient-accumulation-steps", str(accumulation)])
+        config = of(events, "config")[0]
+        dataset = of(events, "dataset")[0]
+        assert dataset["source"] == "dev_data" and dataset["machine_types"] == ["fan"], dataset
+        page = [s["loss"] for s in of(events, "step")]
+        assert len(page) == len(native) == steps, (page, native)
+        for p, n in zip(page, native):
+            assert math.isclose(p, n, rel_tol=1e-4), f"page {page} against native {native}"
+        evaluation = of(events, "evaluation")[0]
+        assert evaluation["clips"] == config["test_clips"] == 8, evaluation
+        assert sorted(m["machine_id"] for m in evaluation["per_machine"]) == [0, 1], evaluation
+
+        loose = os.path.join(tmp, "recordings")
+        os.makedirs(loose)
+        shutil.copy(os.path.join(data, "fan", "test", os.listdir(os.path.join(data, "fan", "test"))[0]),
+                    loose)
+        _, browser = run_page(f"{base}?{query}", webgpu=False, timeout=120, folder=loose,
+                              how="dropped", expect_error=True)
+        try:
+            shown = browser.evaluate("document.getElementById('data').textContent")
+            error = browser.evaluate("document.getElementById('error').textContent")
+        finally:
+            browser.close()
+        assert shown.startswith("1 .wav/.npy files dropped (recordings)"), shown
+        assert "recordings holds no machine-type folder" in error, error
+    print(f"picked folder: losses equal native: page {page}, native {native}; "
+          f"AUC {evaluation['auc']:.3f}; a folder without the layout: {error}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dist", required=True, help="the built page (app/web/build)")
@@ -267,6 +347,8 @@ def main():
             lambda: test_cpu_fallback_trains_plans_and_scores(base, args.screenshot),
         "cpu_losses_equal_native": lambda: test_cpu_losses_equal_native(base, args.trainer_cli),
         "cpu_pause_resume_and_stop": lambda: test_cpu_pause_resume_and_stop(base),
+        "user_folder_trains_as_native":
+            lambda: test_user_folder_trains_as_native(base, args.trainer_cli),
     }
     chosen = [name for name in tests if args.only is None or args.only in name]
     failed = 0

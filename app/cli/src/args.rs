@@ -436,6 +436,7 @@ impl LoaderArgs {
                 BadFile::Skip => headroom_core::dataset::OnBadFile::Skip,
             },
             cache: self.cache.clone(),
+            files: None,
         })
     }
 }

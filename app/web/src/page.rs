@@ -3,12 +3,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use headroom_core::dataset::LoaderOptions;
 use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::memory::{Budget, human};
 use headroom_core::model::info_of;
 use headroom_core::{BackendKind, RunOptions, Trainer};
+use headroom_datasets::LoadedFile;
 use wasm_bindgen::prelude::*;
 
 use crate::settings::{PageSettings, WebBackend};
@@ -49,16 +51,21 @@ fn start() {
 
 /// Trains with the settings of the page's address `query`, passing each event to `emit` as
 /// one JSON line, and each file the run writes to `offer` as (name, text) for the page to
-/// offer as a download; `webgpu`: whether the browser offers WebGPU here. Errors come back
-/// as the words trainer-cli would print.
+/// offer as a download; `webgpu`: whether the browser offers WebGPU here; `files`: the
+/// folder the user picked or dropped, as `{path, bytes}` objects (`path` from the folder's
+/// name down, `bytes` a Uint8Array), or none for the built-in dataset. Errors come back as
+/// the words trainer-cli would print.
 #[wasm_bindgen]
 pub async fn train(
     query: String,
     webgpu: bool,
     emit: js_sys::Function,
     offer: js_sys::Function,
+    files: js_sys::Array,
 ) -> Result<(), JsError> {
     let settings = PageSettings::parse(&query)?;
+    let files = loaded_files(&files)?;
+    let picked = folder_name(&files);
     let mut sink = |event: Event| {
         let line =
             serde_json::to_string(&event).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -81,10 +88,14 @@ pub async fn train(
         budget: Some(Budget::new(budget_bytes)),
         pause: Some(PAUSED.clone()),
         stop: Some(STOPPED.clone()),
+        loader: LoaderOptions {
+            files: (!files.is_empty()).then(|| files.into()),
+            ..LoaderOptions::default()
+        },
         ..RunOptions::default()
     };
     let config = settings
-        .train_config(backend)
+        .train_config(backend, picked.as_deref())
         .map_err(|e| JsError::new(&e))?;
     let mut trainer = Trainer::new_async(config, options).await?;
     trainer.run_async(&mut sink).await?;
@@ -96,6 +107,45 @@ pub async fn train(
         sink(Event::Evaluation(evaluation.report));
     }
     Ok(())
+}
+
+/// The page's files as the engine takes them: each `{path, bytes}` copied into the
+/// WebAssembly memory.
+fn loaded_files(files: &js_sys::Array) -> Result<Vec<LoadedFile>, JsError> {
+    files
+        .iter()
+        .map(|file| {
+            let field = |name: &str| js_sys::Reflect::get(&file, &JsValue::from_str(name));
+            let path = field("path")
+                .ok()
+                .and_then(|p| p.as_string())
+                .ok_or_else(|| JsError::new("a picked file has no path"))?;
+            let bytes = field("bytes")
+                .ok()
+                .and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok())
+                .ok_or_else(|| JsError::new(&format!("{path}: the page did not read its bytes")))?;
+            Ok(LoadedFile {
+                path: path.into(),
+                bytes: bytes.to_vec().into(),
+            })
+        })
+        .collect()
+}
+
+/// The picked folder's name, which stands for `--data-root`: the first folder of the files'
+/// paths when they share one, else a name for loose files.
+fn folder_name(files: &[LoadedFile]) -> Option<String> {
+    let first = |f: &LoadedFile| {
+        f.path
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+    };
+    let name = first(files.first()?)?;
+    let shared = files
+        .iter()
+        .all(|f| f.path.components().count() > 1 && first(f).as_ref() == Some(&name));
+    Some(if shared { name } else { "dropped files".into() })
 }
 
 /// The backend the page trains on, and why, as `--backend auto` explains its choice; a

@@ -6,6 +6,7 @@ use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, TrainConfig};
+use headroom_datasets::FeatureSettings;
 
 /// Where the page trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,6 +54,15 @@ pub const KEYS: &[(&str, &str)] = &[
         "test_clips",
         "normal, and anomalous, test clips per machine ID of the built-in dataset",
     ),
+    (
+        "machine_type",
+        "only this machine type of the picked folder",
+    ),
+    ("sample_rate", "the picked recordings' sample rate in Hz"),
+    (
+        "resample",
+        "1 resamples picked recordings at another rate instead of rejecting them",
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -72,6 +82,16 @@ pub enum SettingsError {
     Zero { key: &'static str },
     #[error("with plan=0 the address must give batch, patches and accumulation")]
     SplitNeeded,
+    #[error(
+        "the address's `{key}` is the built-in dataset's; a picked folder has its own \
+         machine IDs and clips: remove it from the address"
+    )]
+    BuiltInOnly { key: &'static str },
+    #[error(
+        "the address's `{key}` is for a folder of your recordings: pick one (\"Your data\"), \
+         or remove it from the address to train on the built-in dataset"
+    )]
+    FolderOnly { key: &'static str },
 }
 
 fn known_keys() -> String {
@@ -96,6 +116,9 @@ pub struct PageSettings {
     pub ids: Option<u32>,
     pub train_clips: Option<usize>,
     pub test_clips: Option<usize>,
+    pub machine_type: Option<String>,
+    pub sample_rate: Option<u32>,
+    pub resample: bool,
 }
 
 fn number<T: std::str::FromStr>(
@@ -185,6 +208,9 @@ impl PageSettings {
                 "ids" => s.ids = Some(positive("ids", v)? as u32),
                 "train_clips" => s.train_clips = Some(positive("train_clips", v)?),
                 "test_clips" => s.test_clips = Some(positive("test_clips", v)?),
+                "machine_type" => s.machine_type = Some(v.to_string()),
+                "sample_rate" => s.sample_rate = Some(positive("sample_rate", v)? as u32),
+                "resample" => s.resample = flag("resample", v)?,
                 other => {
                     return Err(SettingsError::Unknown {
                         key: other.to_string(),
@@ -204,14 +230,50 @@ impl PageSettings {
     }
 
     /// The run's configuration on `backend`, as `trainer-cli train` builds it from the same
-    /// flags: the built-in dataset, the model's defaults, then what the address gives.
-    pub fn train_config(&self, backend: BackendKind) -> Result<TrainConfig, String> {
+    /// flags: the built-in dataset, or the folder the user picked (`picked`: its name, which
+    /// stands for `--data-root`), the model's defaults, then what the address gives.
+    pub fn train_config(
+        &self,
+        backend: BackendKind,
+        picked: Option<&str>,
+    ) -> Result<TrainConfig, String> {
         let mut c = TrainConfig {
             backend,
             ..TrainConfig::default()
         };
         if let Some(name) = &self.model {
             c.set_built_in_model(name).map_err(|e| e.to_string())?;
+        }
+        if let Some(folder) = picked {
+            let built_in = [
+                ("ids", self.ids.is_some()),
+                ("train_clips", self.train_clips.is_some()),
+                ("test_clips", self.test_clips.is_some()),
+            ];
+            if let Some((key, _)) = built_in.iter().find(|(_, given)| *given) {
+                return Err(SettingsError::BuiltInOnly { key }.to_string());
+            }
+            let mut features = FeatureSettings::default();
+            if let Some(rate) = self.sample_rate {
+                features.logmel.sample_rate = rate;
+            }
+            features.resample = self.resample;
+            c.dataset = DatasetSource::Dcase {
+                root: folder.into(),
+                machine_type: self.machine_type.clone(),
+                features,
+            }
+            // The model's mel bands, as the built-in dataset has them.
+            .with_mels(c.dataset.mels());
+        } else {
+            let for_folder = [
+                ("machine_type", self.machine_type.is_some()),
+                ("sample_rate", self.sample_rate.is_some()),
+                ("resample", self.resample),
+            ];
+            if let Some((key, _)) = for_folder.iter().find(|(_, given)| *given) {
+                return Err(SettingsError::FolderOnly { key }.to_string());
+            }
         }
         if let DatasetSource::Synthetic(synthetic) = &mut c.dataset {
             if let Some(ids) = self.ids {
@@ -282,7 +344,7 @@ mod tests {
         assert!(s.start && s.plan && s.eval);
         assert_eq!(s.steps, Some(40));
         assert_eq!(s.budget_bytes, Some(512 << 20));
-        let c = s.train_config(BackendKind::Flex).unwrap();
+        let c = s.train_config(BackendKind::Flex, None).unwrap();
         assert_eq!(c.length, RunLength::Steps(40));
         assert_eq!(c.seed, 7);
         assert_eq!(c.micro_batch, TrainConfig::default().micro_batch);
@@ -294,6 +356,32 @@ mod tests {
             (3, 3)
         );
         assert_eq!(PageSettings::parse("").unwrap().backend, WebBackend::Auto);
+    }
+
+    #[test]
+    fn a_picked_folder_is_the_run_s_data_root_and_takes_its_own_settings() {
+        let s = PageSettings::parse("machine_type=fan&resample=1&sample_rate=22050").unwrap();
+        let c = s.train_config(BackendKind::Flex, Some("dev_data")).unwrap();
+        let DatasetSource::Dcase {
+            root,
+            machine_type,
+            features,
+        } = &c.dataset
+        else {
+            panic!("a picked folder is a DCASE dataset: {:?}", c.dataset)
+        };
+        assert_eq!(root, std::path::Path::new("dev_data"));
+        assert_eq!(machine_type.as_deref(), Some("fan"));
+        assert!(features.resample);
+        assert_eq!(features.logmel.sample_rate, 22_050);
+        assert_eq!(c.dataset.mels(), TrainConfig::default().dataset.mels());
+        let folder_only = s.train_config(BackendKind::Flex, None).unwrap_err();
+        assert!(folder_only.contains("`machine_type`"), "{folder_only}");
+        let built_in_only = PageSettings::parse("ids=2")
+            .unwrap()
+            .train_config(BackendKind::Flex, Some("dev_data"))
+            .unwrap_err();
+        assert!(built_in_only.contains("`ids`"), "{built_in_only}");
     }
 
     #[test]
@@ -332,7 +420,7 @@ mod tests {
         assert!(PageSettings::parse("lr=-1").is_err());
         let model = PageSettings::parse("model=resnet")
             .unwrap()
-            .train_config(BackendKind::Flex)
+            .train_config(BackendKind::Flex, None)
             .unwrap_err();
         assert!(model.contains("resnet"), "{model}");
     }

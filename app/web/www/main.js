@@ -10,6 +10,51 @@ const rows = [];
 let budget = null;
 let worker = null;
 let paused = false;
+// The user's folder, picked or dropped: {path, file} with the path from the folder's name
+// down; empty for the built-in dataset.
+let picked = [];
+
+// Only the files that can be clips are read into memory.
+const isClip = (path) => /\.(wav|npy)$/i.test(path);
+
+function choose(files, how) {
+  picked = files.filter((f) => isClip(f.path));
+  const folders = [...new Set(picked.map((f) => f.path.split("/")[0]))];
+  $("data").textContent = picked.length
+    ? `${picked.length} .wav/.npy files ${how} (${folders.join(", ")})`
+    : `no .wav or .npy files ${how}: the built-in dataset`;
+}
+
+$("folder").onchange = (e) =>
+  choose([...e.target.files].map((file) => ({ path: file.webkitRelativePath || file.name, file })), "picked");
+
+// A dropped folder is walked through its entries: the drop gives no relative paths.
+async function walk(entry, found) {
+  if (entry.isFile) {
+    const file = await new Promise((ok, fail) => entry.file(ok, fail));
+    found.push({ path: entry.fullPath.replace(/^\//, ""), file });
+  } else if (entry.isDirectory) {
+    const reader = entry.createReader();
+    for (;;) {
+      const batch = await new Promise((ok, fail) => reader.readEntries(ok, fail));
+      if (!batch.length) break;
+      for (const child of batch) await walk(child, found);
+    }
+  }
+}
+
+document.addEventListener("dragover", (e) => e.preventDefault());
+document.addEventListener("drop", async (e) => {
+  e.preventDefault();
+  const entries = [...e.dataTransfer.items].map((i) => i.webkitGetAsEntry()).filter(Boolean);
+  const found = [];
+  try {
+    for (const entry of entries) await walk(entry, found);
+    choose(found, "dropped");
+  } catch (error) {
+    fail("cannot read the dropped files: " + error);
+  }
+});
 
 function running(on) {
   $("start").disabled = on;
@@ -102,7 +147,13 @@ function handle(body) {
   }
 }
 
-function start() {
+// The picked files' bytes, handed to the worker without a copy.
+async function readPicked() {
+  return Promise.all(picked.map(async ({ path, file }) =>
+    ({ path, bytes: new Uint8Array(await file.arrayBuffer()) })));
+}
+
+async function start() {
   running(true);
   rows.length = 0;
   $("downloads").textContent = "none yet";
@@ -124,7 +175,15 @@ function start() {
     }
   };
   worker.onerror = (e) => fail("the worker stopped: " + (e.message || "see the console"));
-  worker.postMessage({ query });
+  let files;
+  try {
+    if (picked.length) $("status").textContent = `reading ${picked.length} files`;
+    files = await readPicked();
+  } catch (error) {
+    fail("cannot read the picked files: " + error);
+    return;
+  }
+  worker.postMessage({ query, files }, files.map((f) => f.bytes.buffer));
 }
 
 // Both take effect at the next step boundary: the step under way finishes first.

@@ -12,7 +12,7 @@ onmessage = async ({ data }) => {
     await ready;
     const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
     await train(data.query, webgpu, (line) => postMessage({ line }),
-      (name, text) => postMessage({ file: { name, text } }));
+      (name, text) => postMessage({ file: { name, text } }), data.files || []);
     postMessage({ done: true });
   } catch (e) {
     postMessage({ error: e instanceof Error ? e.message : String(e) });
