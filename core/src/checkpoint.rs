@@ -131,18 +131,8 @@ pub fn save_with_hook<M: Module>(
     }
     fs::create_dir_all(&scratch).map_err(write_err(&scratch))?;
 
-    let mut store = SafetensorsStore::from_bytes(None);
-    model
-        .save_into(&mut store)
-        .map_err(|e| invalid(&scratch, e))?;
-    let model_bytes = store.get_bytes().map_err(|e| invalid(&scratch, e))?;
-    let optimizer_bytes = optimizer.into_bytes().map_err(|e| invalid(&scratch, e))?;
-    let state_json = serde_json::to_vec_pretty(state).map_err(|e| invalid(&scratch, e))?;
-    for (file, bytes) in [
-        (MODEL_FILE, &model_bytes[..]),
-        (OPTIMIZER_FILE, &optimizer_bytes[..]),
-        (STATE_FILE, &state_json[..]),
-    ] {
+    let files = CheckpointFiles::encode(state, model, optimizer, &scratch)?;
+    for (file, bytes) in files.named() {
         let path = scratch.join(file);
         write_synced(&path, bytes).map_err(write_err(&path))?;
         after_file(&path).map_err(write_err(&path))?;
@@ -174,6 +164,97 @@ pub fn save_with_hook<M: Module>(
     Ok(final_dir)
 }
 
+/// A checkpoint's three files in memory: what [`save`] writes into a step directory, and
+/// what a web page offers as downloads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointFiles {
+    /// `model.safetensors`
+    pub model: Vec<u8>,
+    /// `optimizer.burnpack`
+    pub optimizer: Vec<u8>,
+    /// `state.json`
+    pub state: Vec<u8>,
+}
+
+impl CheckpointFiles {
+    /// Encodes a checkpoint; `dir` is what errors name. Reads every tensor back
+    /// synchronously, which a web page can only do on the CPU.
+    pub fn encode<M: Module>(
+        state: &CheckpointState,
+        model: &M,
+        optimizer: &ModuleOptimizer,
+        dir: &Path,
+    ) -> Result<Self, CheckpointError> {
+        let mut store = SafetensorsStore::from_bytes(None);
+        model.save_into(&mut store).map_err(|e| invalid(dir, e))?;
+        Ok(Self {
+            model: store.get_bytes().map_err(|e| invalid(dir, e))?,
+            optimizer: optimizer
+                .into_bytes()
+                .map_err(|e| invalid(dir, e))?
+                .to_vec(),
+            state: serde_json::to_vec_pretty(state).map_err(|e| invalid(dir, e))?,
+        })
+    }
+
+    /// Each file's name and bytes.
+    pub fn named(&self) -> [(&'static str, &[u8]); 3] {
+        [
+            (MODEL_FILE, &self.model),
+            (OPTIMIZER_FILE, &self.optimizer),
+            (STATE_FILE, &self.state),
+        ]
+    }
+
+    /// Reads the checkpoint a path names (see [`resolve`]).
+    pub fn read(path: &Path) -> Result<(Self, PathBuf), CheckpointError> {
+        let dir = resolve(path)?;
+        let read = |file: &str| {
+            let p = dir.join(file);
+            fs::read(&p).map_err(|source| CheckpointError::Read { path: p, source })
+        };
+        let files = Self {
+            model: read(MODEL_FILE)?,
+            optimizer: read(OPTIMIZER_FILE)?,
+            state: read(STATE_FILE)?,
+        };
+        Ok((files, dir))
+    }
+
+    /// The run's state; `dir` is what errors name.
+    pub fn state(&self, dir: &Path) -> Result<CheckpointState, CheckpointError> {
+        parse_state(&self.state, &dir.join(STATE_FILE))
+    }
+
+    /// Loads the checkpoint as a model `C` onto `device` (an autodiff device to continue
+    /// training); a checkpoint of another model is refused with both names. `dir` is what
+    /// errors name.
+    pub fn decode<C: ModelConfig>(
+        &self,
+        dir: &Path,
+        device: &Device,
+    ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
+        let state = self.state(dir)?;
+        let config: C = state.config.model.config()?;
+        let mut model = config.init(device);
+        let mut store = SafetensorsStore::from_bytes(Some(self.model.clone()));
+        model
+            .load_from(&mut store)
+            .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
+        let model = restore_param_ids(model, &state.param_ids)
+            .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
+        let optimizer = new_optimizer()
+            .from_bytes(Bytes::from_bytes_vec(self.optimizer.clone()))
+            .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
+        Ok(LoadedCheckpoint {
+            state,
+            model,
+            optimizer,
+            path: dir.to_path_buf(),
+        })
+    }
+}
+
 /// Finds the checkpoint a path names: a run directory (its newest checkpoint) or a
 /// checkpoint directory itself.
 pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
@@ -203,11 +284,15 @@ pub fn read_state(path: &Path) -> Result<CheckpointState, CheckpointError> {
         path: state_path.clone(),
         source,
     })?;
+    parse_state(&text, &state_path)
+}
+
+fn parse_state(text: &[u8], state_path: &Path) -> Result<CheckpointState, CheckpointError> {
     let state: CheckpointState =
-        serde_json::from_slice(&text).map_err(|e| invalid(&state_path, e))?;
+        serde_json::from_slice(text).map_err(|e| invalid(state_path, e))?;
     if state.format_version != FORMAT_VERSION {
         return Err(invalid(
-            &state_path,
+            state_path,
             format!(
                 "format version {} (this build reads {FORMAT_VERSION})",
                 state.format_version
@@ -223,29 +308,8 @@ pub fn load<C: ModelConfig>(
     path: &Path,
     device: &Device,
 ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
-    let dir = resolve(path)?;
-    let state = read_state(&dir)?;
-    let read = |file: &str| {
-        let p = dir.join(file);
-        fs::read(&p).map_err(|source| CheckpointError::Read { path: p, source })
-    };
-    let config: C = state.config.model.config()?;
-    let mut model = config.init(device);
-    let mut store = SafetensorsStore::from_bytes(Some(read(MODEL_FILE)?));
-    model
-        .load_from(&mut store)
-        .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
-    let model = restore_param_ids(model, &state.param_ids)
-        .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
-    let optimizer = new_optimizer()
-        .from_bytes(Bytes::from_bytes_vec(read(OPTIMIZER_FILE)?))
-        .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
-    Ok(LoadedCheckpoint {
-        state,
-        model,
-        optimizer,
-        path: dir,
-    })
+    let (files, dir) = CheckpointFiles::read(path)?;
+    files.decode::<C>(&dir, device)
 }
 
 /// The ids of `model`'s parameters in visiting order, for [`CheckpointState::param_ids`].

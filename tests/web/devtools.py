@@ -144,13 +144,18 @@ class Browser:
     def pick_folder(self, selector: str, folder: str) -> None:
         """Picks `folder` in the page's folder input (`webkitdirectory`), as a user does in
         the browser's dialog: the files arrive with paths from the folder's name down."""
+        self.pick_files(selector, [folder])
+
+    def pick_files(self, selector: str, paths: list[str]) -> None:
+        """Picks `paths` in the page's file input `selector`, as a user does in the browser's
+        dialog."""
         self.call("DOM.enable", session=self.session)
         root = self.call("DOM.getDocument", session=self.session)["root"]["nodeId"]
         node = self.call("DOM.querySelector", {"nodeId": root, "selector": selector},
                          session=self.session)["nodeId"]
         if not node:
             raise BrowserError(f"the page has no {selector}")
-        self.call("DOM.setFileInputFiles", {"nodeId": node, "files": [folder]},
+        self.call("DOM.setFileInputFiles", {"nodeId": node, "files": paths},
                   session=self.session)
 
     def drop_folder(self, folder: str, x: int = 100, y: int = 100) -> None:

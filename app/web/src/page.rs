@@ -49,29 +49,23 @@ fn start() {
     console_error_panic_hook::set_once();
 }
 
-/// Trains with the settings of the page's address `query`, passing each event to `emit` as
-/// one JSON line, and each file the run writes to `offer` as (name, text) for the page to
-/// offer as a download; `webgpu`: whether the browser offers WebGPU here; `files`: the
-/// folder the user picked or dropped, as `{path, bytes}` objects (`path` from the folder's
-/// name down, `bytes` a Uint8Array), or none for the built-in dataset. Errors come back as
-/// the words trainer-cli would print.
+/// Trains with the settings of the page's address `query`; `webgpu`: whether the browser
+/// offers WebGPU here; `files`: the folder the user picked or dropped, as `{path, bytes}`
+/// objects (`path` from the folder's name down, `bytes` a Uint8Array), empty for the
+/// built-in dataset. Each event goes to `emit` as one JSON line, each file of the run to
+/// `offer` as (name, text or bytes) for the page to offer as a download, and what the page
+/// should say beside them to `note`. Errors come back as the words trainer-cli would print.
 #[wasm_bindgen]
 pub async fn train(
     query: String,
     webgpu: bool,
-    emit: js_sys::Function,
-    offer: js_sys::Function,
     files: js_sys::Array,
+    page: Callbacks,
 ) -> Result<(), JsError> {
     let settings = PageSettings::parse(&query)?;
     let files = loaded_files(&files)?;
     let picked = folder_name(&files);
-    let mut sink = |event: Event| {
-        let line =
-            serde_json::to_string(&event).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-        // The page's handler does not throw; if it did, the run would go on unreported.
-        let _ = emit.call1(&JsValue::NULL, &JsValue::from_str(&line));
-    };
+    let mut sink = |event: Event| page.emit(&event);
     let (backend, reason) = choose(settings.backend, webgpu).await?;
     sink(Event::BackendChoice {
         backend: backend.name().to_string(),
@@ -99,14 +93,58 @@ pub async fn train(
         .map_err(|e| JsError::new(&e))?;
     let mut trainer = Trainer::new_async(config, options).await?;
     trainer.run_async(&mut sink).await?;
+    // The files `--out` would hold at this step, which `trainer-cli train --resume` takes.
+    match trainer.checkpoint_files() {
+        Ok(files) => {
+            for (name, bytes) in files.named() {
+                page.offer(name, &js_sys::Uint8Array::from(bytes));
+            }
+        }
+        Err(error) => page.note(&format!("No checkpoint to download: {error}")),
+    }
     if settings.eval && !STOPPED.load(Ordering::Relaxed) {
         let evaluation = trainer.evaluate_async().await?;
-        // trainer-cli's results.csv (`eval --out`); the handler does not throw.
+        // trainer-cli's results.csv (`eval --out`).
         let csv = results_csv(&evaluation.report);
-        let _ = offer.call2(&JsValue::NULL, &"results.csv".into(), &csv.into());
+        page.offer("results.csv", &JsValue::from_str(&csv));
         sink(Event::Evaluation(evaluation.report));
     }
     Ok(())
+}
+
+/// The page's side of a run: `emit(line)`, `offer(name, text or bytes)`, `note(text)`. Its
+/// handlers do not throw; if one did, the run would go on with that report lost.
+#[wasm_bindgen]
+pub struct Callbacks {
+    emit: js_sys::Function,
+    offer: js_sys::Function,
+    note: js_sys::Function,
+}
+
+#[wasm_bindgen]
+impl Callbacks {
+    #[wasm_bindgen(constructor)]
+    pub fn new(emit: js_sys::Function, offer: js_sys::Function, note: js_sys::Function) -> Self {
+        Self { emit, offer, note }
+    }
+}
+
+impl Callbacks {
+    fn emit(&self, event: &Event) {
+        let line =
+            serde_json::to_string(event).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        let _ = self.emit.call1(&JsValue::NULL, &JsValue::from_str(&line));
+    }
+
+    fn offer(&self, name: &str, contents: &JsValue) {
+        let _ = self
+            .offer
+            .call2(&JsValue::NULL, &JsValue::from_str(name), contents);
+    }
+
+    fn note(&self, text: &str) {
+        let _ = self.note.call1(&JsValue::NULL, &JsValue::from_str(text));
+    }
 }
 
 /// The page's files as the engine takes them: each `{path, bytes}` copied into the

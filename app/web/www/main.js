@@ -71,7 +71,8 @@ function fail(message) {
 }
 
 // A file of the run as a link: `id` names the link, so that a test can read it back.
-function offer(name, text) {
+// `contents`: text, or bytes (a checkpoint's files).
+function offer(name, contents) {
   const id = "file-" + name.replace(/[^a-z0-9]/gi, "-");
   let link = $(id);
   if (!link) {
@@ -84,7 +85,8 @@ function offer(name, text) {
   } else {
     URL.revokeObjectURL(link.href);
   }
-  link.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  const type = typeof contents === "string" ? "text/csv" : "application/octet-stream";
+  link.href = URL.createObjectURL(new Blob([contents], { type }));
 }
 
 function offerLosses() {
@@ -157,6 +159,7 @@ async function start() {
   running(true);
   rows.length = 0;
   $("downloads").textContent = "none yet";
+  $("note").textContent = "";
   $("error").textContent = "";
   $("status").textContent = "loading the engine";
   worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
@@ -166,7 +169,10 @@ async function start() {
       $("log").textContent += data.line + "\n";
       try { handle(JSON.parse(data.line)); } catch (e) { fail("cannot show an event: " + e); }
     } else if (data.file !== undefined) {
-      offer(data.file.name, data.file.text);
+      offer(data.file.name, data.file.contents);
+    } else if (data.note !== undefined) {
+      console.warn("headroom: " + data.note);
+      $("note").textContent = data.note;
     } else if (data.error !== undefined) {
       fail(data.error);
     } else if (data.done) {

@@ -1,6 +1,6 @@
 // The engine runs here, off the page's thread: a CPU run blocks while it trains. The run
 // hands the thread back at every step boundary, which is when Pause and Stop get in.
-import init, { train, pause, stop } from "./pkg/headroom_web.js";
+import init, { train, pause, stop, Callbacks } from "./pkg/headroom_web.js";
 
 let ready = null;
 
@@ -11,8 +11,10 @@ onmessage = async ({ data }) => {
     ready = init();
     await ready;
     const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
-    await train(data.query, webgpu, (line) => postMessage({ line }),
-      (name, text) => postMessage({ file: { name, text } }), data.files || []);
+    const page = new Callbacks((line) => postMessage({ line }),
+      (name, contents) => postMessage({ file: { name, contents } }),
+      (text) => postMessage({ note: text }));
+    await train(data.query, webgpu, data.files || [], page);
     postMessage({ done: true });
   } catch (e) {
     postMessage({ error: e instanceof Error ? e.message : String(e) });

@@ -17,7 +17,7 @@ use headroom_datasets::{FileError, PatchError, PatchShape};
 pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
 
 use crate::backend::{BackendError, Target};
-use crate::checkpoint::{self, CheckpointError, CheckpointState, RngState};
+use crate::checkpoint::{self, CheckpointError, CheckpointFiles, CheckpointState, RngState};
 use crate::data::{Normalization, TrainStream, clip_patches};
 use crate::dataset::{self, DataError, LoaderOptions, RunData};
 use crate::eval::{self, ClipScore, ScoreSettings};
@@ -66,6 +66,11 @@ pub enum TrainError {
     OutDirInUse { dir: PathBuf, step: u64 },
     #[error("the train split is empty after holding out validation clips; use a larger dataset")]
     EmptyTrainSplit,
+    #[error(
+        "a web page cannot read a checkpoint back from WebGPU yet (burn's records read \
+         synchronously, which a browser forbids); train with backend=cpu to download one"
+    )]
+    CheckpointOnWebGpu,
     #[error(
         "the loss became {loss} at step {step}; lower --lr or check the data for NaN/inf values"
     )]
@@ -984,7 +989,31 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let Some(out) = &self.options.out_dir else {
             return Ok(());
         };
-        let state = CheckpointState {
+        let path = checkpoint::save(out, &self.checkpoint_state(), &self.model, &self.optimizer)?;
+        sink.emit(Event::Checkpoint {
+            step: self.step,
+            path: path.display().to_string(),
+        });
+        Ok(())
+    }
+
+    /// The checkpoint of the run as it stands, in memory (what a web page offers as
+    /// downloads); the files `--out` gets at a checkpoint.
+    pub fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError> {
+        if cfg!(target_arch = "wasm32") && !self.config.backend.is_host() {
+            return Err(TrainError::CheckpointOnWebGpu);
+        }
+        let dir = std::path::Path::new("checkpoint");
+        Ok(CheckpointFiles::encode(
+            &self.checkpoint_state(),
+            &self.model,
+            &self.optimizer,
+            dir,
+        )?)
+    }
+
+    fn checkpoint_state(&self) -> CheckpointState {
+        CheckpointState {
             format_version: 1,
             step: self.step,
             total_steps: self.total_steps,
@@ -995,13 +1024,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 stream_position: self.step * self.config.clips_per_step() as u64,
             },
             param_ids: checkpoint::param_ids(&self.model),
-        };
-        let path = checkpoint::save(out, &state, &self.model, &self.optimizer)?;
-        sink.emit(Event::Checkpoint {
-            step: self.step,
-            path: path.display().to_string(),
-        });
-        Ok(())
+        }
     }
 }
 
@@ -1140,6 +1163,8 @@ pub trait Run {
     fn run_info(&self) -> RunInfo;
     /// Every parameter value in visiting order: for comparing runs.
     fn parameters(&self) -> Vec<f32>;
+    /// [`ModelTrainer::checkpoint_files`].
+    fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError>;
 }
 
 impl<M: SpectrogramModel> Run for ModelTrainer<M> {
@@ -1175,6 +1200,9 @@ impl<M: SpectrogramModel> Run for ModelTrainer<M> {
     }
     fn parameters(&self) -> Vec<f32> {
         crate::model::flat_parameters(&self.model)
+    }
+    fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError> {
+        ModelTrainer::checkpoint_files(self)
     }
 }
 
@@ -1255,6 +1283,52 @@ impl std::ops::DerefMut for Trainer {
 mod tests {
     use super::*;
     use crate::plan::{MeasuredCost, MemoryModel};
+
+    /// A web page's download: the checkpoint in memory is the one `--out` holds.
+    #[test]
+    fn the_checkpoint_in_memory_is_the_one_out_holds() {
+        let mut config = TrainConfig {
+            micro_batch: 2,
+            n_patches: 2,
+            accumulation: 1,
+            length: RunLength::Steps(2),
+            quantizer_warmup_steps: Some(1),
+            validation_every_nth_clip: 0,
+            ..TrainConfig::default()
+        };
+        config.dataset = DatasetSource::Synthetic(headroom_datasets::SyntheticConfig {
+            machine_ids: 1,
+            train_per_id: 4,
+            test_normal_per_id: 1,
+            test_anomaly_per_id: 1,
+            ..Default::default()
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = Trainer::new(
+            config,
+            RunOptions {
+                out_dir: Some(dir.path().to_path_buf()),
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        run.run(&mut Vec::new()).unwrap();
+        let (on_disk, _) = CheckpointFiles::read(dir.path()).unwrap();
+        let in_memory = run.checkpoint_files().unwrap();
+        assert_eq!(in_memory.state, on_disk.state);
+        assert_eq!(in_memory.optimizer, on_disk.optimizer);
+        assert_eq!(on_disk.state(dir.path()).unwrap().step, 2);
+        // safetensors' header lists its metadata in a hash map's order: compare the weights.
+        let device = crate::BackendKind::Flex.device().unwrap().autodiff();
+        let weights = |files: &CheckpointFiles| {
+            let loaded = files
+                .decode::<crate::model::VqAutoencoderConfig>(dir.path(), &device)
+                .unwrap();
+            crate::model::flat_parameters(&loaded.model)
+        };
+        assert_eq!(weights(&in_memory), weights(&on_disk));
+        assert_eq!(run.parameters(), weights(&in_memory));
+    }
 
     /// 1,000 bytes a patch; a step of 8 spectrograms of one patch reached 10,000 bytes and
     /// the budget is 9,000. Leaving out the summed gradients a split step holds, 7 fits
