@@ -4,6 +4,7 @@
 //! The settings are plain Rust and tested natively; the page's side (`page`) exists only in
 //! the WebAssembly build (`app/web/build`).
 
+pub mod picked;
 pub mod settings;
 
 #[cfg(target_arch = "wasm32")]

@@ -13,6 +13,7 @@ use headroom_core::{BackendKind, RunOptions, Trainer};
 use headroom_datasets::LoadedFile;
 use wasm_bindgen::prelude::*;
 
+use crate::picked::folder_name;
 use crate::settings::{PageSettings, WebBackend};
 
 // The CPU backend's memory is the page's heap: counted here as trainer-cli counts RAM.
@@ -168,22 +169,6 @@ fn loaded_files(files: &js_sys::Array) -> Result<Vec<LoadedFile>, JsError> {
             })
         })
         .collect()
-}
-
-/// The picked folder's name, which stands for `--data-root`: the first folder of the files'
-/// paths when they share one, else a name for loose files.
-fn folder_name(files: &[LoadedFile]) -> Option<String> {
-    let first = |f: &LoadedFile| {
-        f.path
-            .components()
-            .next()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-    };
-    let name = first(files.first()?)?;
-    let shared = files
-        .iter()
-        .all(|f| f.path.components().count() > 1 && first(f).as_ref() == Some(&name));
-    Some(if shared { name } else { "dropped files".into() })
 }
 
 /// The backend the page trains on, and why, as `--backend auto` explains its choice; a
