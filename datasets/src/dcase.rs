@@ -349,10 +349,10 @@ mod tests {
         std::fs::write(path, b"").unwrap();
     }
 
-    #[test]
-    fn a_scan_lists_clips_by_type_and_split_and_reports_misfits() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
+    /// Two machine types, with what a real folder holds besides clips: a misnamed recording,
+    /// an anomaly in train/, a text file, a recording outside train/ and test/, a folder
+    /// that is not a machine type.
+    fn sample_layout(root: &Path) {
         touch(root, "fan/train/normal_id_00_00000001.wav");
         touch(root, "fan/train/normal_id_00_00000000.wav");
         touch(root, "fan/train/anomaly_id_00_00000000.wav");
@@ -360,8 +360,16 @@ mod tests {
         touch(root, "fan/test/anomaly_id_02_00000000.npy");
         touch(root, "fan/test/id_04_00000000.wav");
         touch(root, "fan/test/recording 7.wav");
+        touch(root, "fan/normal_id_00_00000009.wav");
         touch(root, "pump/train/normal_id_01_00000000.wav");
         std::fs::create_dir_all(root.join("not_a_type")).unwrap();
+    }
+
+    #[test]
+    fn a_scan_lists_clips_by_type_and_split_and_reports_misfits() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        sample_layout(root);
 
         let all = scan(root, None).unwrap();
         assert_eq!(all.machine_types, ["fan", "pump"]);
@@ -444,15 +452,7 @@ mod tests {
     fn files_handed_over_index_as_a_scan_of_their_folder_does() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        touch(root, "fan/train/normal_id_00_00000001.wav");
-        touch(root, "fan/train/normal_id_00_00000000.wav");
-        touch(root, "fan/train/anomaly_id_00_00000000.wav");
-        touch(root, "fan/train/notes.txt");
-        touch(root, "fan/test/anomaly_id_02_00000000.npy");
-        touch(root, "fan/test/id_04_00000000.wav");
-        touch(root, "fan/test/recording 7.wav");
-        touch(root, "fan/normal_id_00_00000009.wav");
-        touch(root, "pump/train/normal_id_01_00000000.wav");
+        sample_layout(root);
         let listed = |index: &DcaseIndex| -> Vec<(String, String, Split, Option<Label>)> {
             index
                 .clips

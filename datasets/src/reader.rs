@@ -262,6 +262,12 @@ mod tests {
         clip.origin = Origin::WavBytes(loaded(b"RIFF....".to_vec()));
         let error = reader.read(&clip).unwrap_err().to_string();
         assert!(error.starts_with("picked/fan/train/c.wav: "), "{error}");
+
+        let npy = dir.path().join("c.npy");
+        let features = reader.read(&wav_clip(&wav)).unwrap();
+        write_npy(&npy, &features).unwrap();
+        clip.origin = Origin::NpyBytes(loaded(std::fs::read(&npy).unwrap()));
+        assert_eq!(reader.read(&clip).unwrap(), features);
     }
 
     #[test]
