@@ -230,21 +230,21 @@ impl CheckpointFiles {
     /// training); a checkpoint of another model is refused with both names. `dir` is what
     /// errors name.
     pub fn decode<C: ModelConfig>(
-        &self,
+        self,
         dir: &Path,
         device: &Device,
     ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
         let state = self.state(dir)?;
         let config: C = state.config.model.config()?;
         let mut model = config.init(device);
-        let mut store = SafetensorsStore::from_bytes(Some(self.model.clone()));
+        let mut store = SafetensorsStore::from_bytes(Some(self.model));
         model
             .load_from(&mut store)
             .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
         let model = restore_param_ids(model, &state.param_ids)
             .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
         let optimizer = new_optimizer()
-            .from_bytes(Bytes::from_bytes_vec(self.optimizer.clone()))
+            .from_bytes(Bytes::from_bytes_vec(self.optimizer))
             .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
         Ok(LoadedCheckpoint {
             state,

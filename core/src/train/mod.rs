@@ -1322,6 +1322,7 @@ mod tests {
         let device = crate::BackendKind::Flex.device().unwrap().autodiff();
         let weights = |files: &CheckpointFiles| {
             let loaded = files
+                .clone()
                 .decode::<crate::model::VqAutoencoderConfig>(dir.path(), &device)
                 .unwrap();
             crate::model::flat_parameters(&loaded.model)
