@@ -24,8 +24,8 @@ impl Spectrogram {
     }
 }
 
-/// Which part of a dataset a clip belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which part of a dataset a clip belongs to; ordered as a scan lists them, train first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     Train,

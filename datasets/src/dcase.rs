@@ -286,9 +286,7 @@ pub fn index_files(
         types.retain(|t| t == asked);
     }
     // The order `scan` gives: by type, train before test, then by path.
-    placed.sort_by(|a, b| {
-        (&a.0, split_rank(a.1), &a.2.path).cmp(&(&b.0, split_rank(b.1), &b.2.path))
-    });
+    placed.sort_by(|a, b| (&a.0, a.1, &a.2.path).cmp(&(&b.0, b.1, &b.2.path)));
     let mut found = Found::default();
     for (type_name, split, file) in placed {
         let path = file.path.clone();
@@ -298,13 +296,6 @@ pub fn index_files(
         });
     }
     found.into_index(root, types, machine_type)
-}
-
-fn split_rank(split: Split) -> u8 {
-    match split {
-        Split::Train => 0,
-        Split::Test => 1,
-    }
 }
 
 #[cfg(test)]

@@ -88,16 +88,19 @@ def synthesize(trainer_cli: str, out: str, flags: list[str]) -> None:
         raise AssertionError(f"trainer-cli synth failed: {result.stderr}")
 
 
+def native_steps(trainer_cli: str, args: list[str]) -> list[dict]:
+    """The step events of `trainer-cli train --json ARGS`."""
+    result = subprocess.run([trainer_cli, "train", "--json", *args],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"trainer-cli train {' '.join(args)} failed: {result.stderr}")
+    lines = [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
+    return of(lines, "step")
+
+
 def native_losses(trainer_cli: str, flags: list[str]) -> list[float]:
     with tempfile.TemporaryDirectory() as out:
-        result = subprocess.run(
-            [trainer_cli, "train", "--json", "--out", out, *flags],
-            capture_output=True, text=True, check=False,
-        )
-    if result.returncode != 0:
-        raise AssertionError(f"trainer-cli failed: {result.stderr}")
-    lines = [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
-    return [s["loss"] for s in of(lines, "step")]
+        return [s["loss"] for s in native_steps(trainer_cli, ["--out", out, *flags])]
 
 
 def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None):
@@ -353,13 +356,8 @@ CHECKPOINT_FILES = ("model.safetensors", "optimizer.burnpack", "state.json")
 
 def resume_natively(trainer_cli: str, checkpoint: str, steps: int) -> list[tuple[int, float]]:
     """The (step, loss) of `trainer-cli train --resume checkpoint --steps steps`."""
-    result = subprocess.run(
-        [trainer_cli, "train", "--json", "--resume", checkpoint, "--steps", str(steps),
-         "--no-eval"], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise AssertionError(f"trainer-cli cannot resume {checkpoint}: {result.stderr}")
-    lines = [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
-    return [(s["step"], s["loss"]) for s in of(lines, "step")]
+    steps = native_steps(trainer_cli, ["--resume", checkpoint, "--steps", str(steps), "--no-eval"])
+    return [(s["step"], s["loss"]) for s in steps]
 
 
 def assert_same_steps(got: list[tuple[int, float]], expected: list[tuple[int, float]], what: str):
@@ -382,9 +380,7 @@ def test_checkpoint_download_resumes_in_trainer_cli(base: str, trainer_cli: str)
              "--gradient-accumulation-steps", str(accumulation), "--steps", "3"]
     with tempfile.TemporaryDirectory() as tmp:
         native_run = os.path.join(tmp, "native")
-        result = subprocess.run([trainer_cli, "train", "--json", "--out", native_run, *flags],
-                                capture_output=True, text=True, check=False)
-        assert result.returncode == 0, result.stderr
+        native_steps(trainer_cli, ["--out", native_run, *flags])
         native = resume_natively(trainer_cli, native_run, 5)
 
         events, browser = run_page(
