@@ -41,6 +41,8 @@ class Browser:
             "--disable-sync",
             "--disable-quic",
             f"--user-data-dir={self.profile}",
+            # Room for the page's whole window: what is scrolled out of view is not painted.
+            "--window-size=1280,1200",
         ]
         # SwiftShader's Vulkan is the adapter a headless Chromium without a GPU offers.
         flags += ["--enable-unsafe-webgpu"] if webgpu else ["--disable-webgpu"]
@@ -157,6 +159,14 @@ class Browser:
             raise BrowserError(f"the page has no {selector}")
         self.call("DOM.setFileInputFiles", {"nodeId": node, "files": paths},
                   session=self.session)
+
+    def click_at(self, x: float, y: float) -> None:
+        """A left click at (x, y), CSS pixels of the page, as a mouse makes it."""
+        for kind, buttons in (("mouseMoved", 0), ("mousePressed", 1), ("mouseReleased", 0)):
+            self.call("Input.dispatchMouseEvent",
+                      {"type": kind, "x": x, "y": y, "button": "left", "buttons": buttons,
+                       "clickCount": 0 if kind == "mouseMoved" else 1},
+                      session=self.session)
 
     def drop_folder(self, folder: str, x: int = 100, y: int = 100) -> None:
         """Drags `folder` onto the page at (x, y) and drops it, as from a file manager."""

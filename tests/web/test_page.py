@@ -47,18 +47,14 @@ def run_page(url: str, webgpu: bool, timeout: float, screenshot: str | None = No
     browser = Browser(webgpu=webgpu)
     browser.navigate(url)
     if folder:
-        browser.wait_loaded()
+        wait_window(browser)
         if how == "picked":
             browser.pick_folder("#folder", folder)
         else:
             browser.drop_folder(folder)
         # The page takes the files after an event of its own: Start once it shows them.
-        deadline = time.monotonic() + 30
-        while how not in browser.evaluate("document.getElementById('data').textContent"):
-            if time.monotonic() > deadline:
-                raise AssertionError("the page did not take the picked folder")
-            time.sleep(0.1)
-        browser.evaluate("document.getElementById('start').click()")
+        wait_shown(browser, how, 30)
+        click(browser, "Start")
     events = []
     for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), timeout):
         if line.startswith(FAILED):
@@ -73,6 +69,44 @@ def run_page(url: str, webgpu: bool, timeout: float, screenshot: str | None = No
                 time.sleep(0.5)  # the page draws the step after logging it
                 browser.screenshot(screenshot)
     return events, browser
+
+
+def wait_window(browser: Browser, timeout: float = 60) -> None:
+    """Waits for the page's window (egui on its canvas) to be open."""
+    deadline = time.monotonic() + timeout
+    while not browser.evaluate("typeof window.headroom === 'object'"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the page's window did not open in {timeout} s")
+        time.sleep(0.1)
+
+
+def shown(browser: Browser) -> list[dict]:
+    """Every text the page's window painted in its last frame: {text, x, y, w, h} in CSS
+    pixels of the page."""
+    return browser.evaluate("window.headroom.shown()") or []
+
+
+def shown_text(browser: Browser) -> str:
+    return "\n".join(t["text"] for t in shown(browser))
+
+
+def wait_shown(browser: Browser, text: str, timeout: float) -> str:
+    """Waits for the window to show `text` (a frame follows each change within a moment)."""
+    deadline = time.monotonic() + timeout
+    while text not in (everything := shown_text(browser)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the page does not show {text!r}; it shows:\n{everything}")
+        time.sleep(0.1)
+    return everything
+
+
+def click(browser: Browser, label: str) -> None:
+    """Clicks the window's button `label` where it is painted, as a user does."""
+    found = [t for t in shown(browser) if t["text"] == label]
+    if not found:
+        raise AssertionError(f"the page shows no {label!r} button: {shown_text(browser)}")
+    t = found[0]
+    browser.click_at(t["x"] + t["w"] / 2, t["y"] + t["h"] / 2)
 
 
 def of(events: list[dict], kind: str) -> list[dict]:
@@ -127,17 +161,17 @@ def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None)
         assert last < 0.9 * first, f"the loss did not go down: {first:.4f} -> {last:.4f}"
         peaks = [s["mem_peak_bytes"] for s in of(events, "step")]
         assert 0 < max(peaks) <= 1 << 30, peaks
-        shown = browser.evaluate("document.getElementById('mem-text').textContent")
-        assert "step peak" in shown and "MiB" in shown, shown
+        memory = wait_shown(browser, "step peak", 10)
+        assert "Memory (the page's heap, counted): in use" in memory and "MiB" in memory, memory
         evaluation = of(events, "evaluation")[0]
         assert evaluation["clips"] == config["test_clips"] > 0, evaluation
         aucs = [m["auc"] for m in evaluation["per_machine"]]
         assert all(0.0 <= a <= 1.0 for a in aucs) and len(set(aucs)) > 1, aucs
-        table = browser.evaluate("document.getElementById('results').textContent")
-        assert "AUC" in table and f"{evaluation['auc']:.3f}" in table, table
+        table = wait_shown(browser, f"Anomaly scores of {evaluation['clips']} test clips", 10)
+        assert "pAUC" in table and f"{evaluation['auc']:.3f}" in table, table
         # trainer-cli's results.csv, offered as a download.
-        csv = browser.evaluate(
-            "fetch(document.getElementById('file-results-csv').href).then(r => r.text())")
+        assert "results.csv" in table, table
+        csv = page_file(browser, "results.csv").decode()
         assert csv.startswith("machine_type,id,auc,pauc,"), csv
         means = csv.splitlines()[-1].split(",")
         assert means[:2] == ["all", "mean"] and math.isclose(float(means[2]), evaluation["auc"],
@@ -166,23 +200,21 @@ def test_cpu_pause_resume_and_stop(base: str):
     try:
         browser.navigate(f"{base}?start=1&backend=cpu&plan=0&steps={steps}&batch=2&patches=4"
                          "&accumulation=1&ids=1&seed=5")
-        click = lambda button: browser.evaluate(f"document.getElementById('{button}').click()")
         seen = []
         for line in console_lines(browser, lambda l: len(steps_in(seen)) >= 3, 300):
             seen.append(line)
-        click("pause")
+        click(browser, "Pause")
         # The step under way, and lines already on their way, arrive within this.
         seen += console_lines_for(browser, 3)
         paused_at = steps_in(seen)[-1]["step"]
         held = steps_in(console_lines_for(browser, 4))
         assert not held, f"paused at step {paused_at}, the run went on: {held}"
-        shown = browser.evaluate("document.getElementById('status').textContent")
-        assert "paused" in shown, shown
-        click("pause")  # now "Resume"
+        wait_shown(browser, f"paused after step {paused_at}/{steps}", 5)
+        click(browser, "Resume")
         for line in console_lines(browser, lambda l: steps_in(seen)[-1]["step"] >= paused_at + 3,
                                   120):
             seen.append(line)
-        click("stop")
+        click(browser, "Stop")
         for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED), 300):
             assert not line.startswith(FAILED), line
             seen.append(line)
@@ -192,8 +224,8 @@ def test_cpu_pause_resume_and_stop(base: str):
         assert not of(events, "evaluation"), "a stopped run scored the test split"
         done = of(events, "step")
         assert [s["step"] for s in done] == list(range(1, finished["step"] + 1)), done
-        csv = browser.evaluate(
-            "fetch(document.getElementById('file-losses-csv').href).then(r => r.text())")
+        wait_shown(browser, f"stopped at step {finished['step']}/{steps}", 10)
+        csv = page_file(browser, "losses.csv").decode()
         header, *rows = csv.splitlines()
         assert header.startswith("step,loss,"), header
         assert [(int(r.split(",")[0]), float(r.split(",")[1])) for r in rows] == \
@@ -226,15 +258,15 @@ def test_webgpu_trains_and_scores(base: str):
         assert last < first, f"the loss did not go down: {losses}"
         reserved = [s["mem_reserved_bytes"] for s in of(events, "step")]
         assert all(r and 0 < r <= 256 << 20 for r in reserved), reserved
-        shown = browser.evaluate("document.getElementById('mem-text').textContent")
-        assert "step peak" in shown and "MiB" in shown, shown
+        memory = wait_shown(browser, "step peak", 10)
+        assert "Memory (the WebGPU device pool): in use" in memory and ", pool " in memory, memory
         evaluation = of(events, "evaluation")[0]
         assert evaluation["clips"] == config["test_clips"] == 8, evaluation
         assert all(0.0 <= m["auc"] <= 1.0 for m in evaluation["per_machine"]), evaluation
         # No checkpoint on WebGPU yet (docs/WEB.md): the page says why, and offers none.
-        note = browser.evaluate("document.getElementById('note').textContent")
+        note = wait_shown(browser, "No checkpoint to download", 10)
         assert "backend=cpu" in note, note
-        assert browser.evaluate("document.getElementById('file-model-safetensors')") is None
+        assert browser.evaluate("window.headroom.file('model.safetensors')") is None
     finally:
         browser.close()
     print(f"webgpu: {steps} steps, loss {first:.4f} -> {last:.4f}, "
@@ -303,8 +335,7 @@ def test_user_folder_trains_as_native(base: str, trainer_cli: str):
                  f"&patches={patches}&accumulation={accumulation}")
         events, browser = run_page(f"{base}?{query}", webgpu=False, timeout=900, folder=data)
         try:
-            shown = browser.evaluate("document.getElementById('data').textContent")
-            assert shown.startswith("20 .wav/.npy files picked (dev_data)"), shown
+            wait_shown(browser, "Data: 20 .wav/.npy files picked (dev_data).", 5)
         finally:
             browser.close()
         native = native_losses(trainer_cli, [
@@ -329,11 +360,11 @@ def test_user_folder_trains_as_native(base: str, trainer_cli: str):
         _, browser = run_page(f"{base}?{query}", webgpu=False, timeout=120, folder=loose,
                               how="dropped", expect_error=True)
         try:
-            shown = browser.evaluate("document.getElementById('data').textContent")
-            error = browser.evaluate("document.getElementById('error').textContent")
+            window = wait_shown(browser, "Error: ", 10)
         finally:
             browser.close()
-        assert shown.startswith("1 .wav/.npy files dropped (recordings)"), shown
+        assert "Data: 1 .wav/.npy files dropped (recordings)." in window, window
+        error = next(line for line in window.splitlines() if line.startswith("Error: "))
         assert "recordings holds no machine-type folder" in error, error
     print(f"picked folder: losses equal native: page {page}, native {native}; "
           f"AUC {evaluation['auc']:.3f}; a folder without the layout: {error}")
@@ -341,17 +372,13 @@ def test_user_folder_trains_as_native(base: str, trainer_cli: str):
 
 def page_file(browser: Browser, name: str) -> bytes:
     """A file the page offers as a download, as its bytes."""
-    link = "file-" + "".join(c if c.isalnum() else "-" for c in name)
     encoded = browser.evaluate(
-        f"fetch(document.getElementById('{link}').href).then(r => r.arrayBuffer())"
+        f"fetch(window.headroom.file('{name}')).then(r => r.arrayBuffer())"
         ".then(b => { let s = ''; for (const x of new Uint8Array(b)) s += String.fromCharCode(x);"
         " return btoa(s); })")
     if encoded is None:
         raise AssertionError(f"the page offers no {name}")
     return base64.b64decode(encoded)
-
-
-CHECKPOINT_FILES = ("model.safetensors", "optimizer.burnpack", "state.json")
 
 
 def resume_natively(trainer_cli: str, checkpoint: str, steps: int) -> list[tuple[int, float]]:

@@ -5,7 +5,8 @@
 pub mod app;
 pub mod dataset;
 pub mod jobs;
-pub mod memory_bar;
-pub mod session;
+
+// Shared with the web page (headroom-ui); here under their old paths.
+pub use headroom_ui::{memory_bar, session};
 
 pub use app::{HeadroomApp, Settings};

@@ -1,28 +1,37 @@
-// The page: starts the run in a worker (the engine blocks while it trains), writes each
-// event to the console as one JSON line (the keys of `trainer-cli --json`) and draws it.
+// The page: the window (egui, in WebAssembly on this thread) shows the run; the engine trains
+// in a worker (a CPU run blocks while it trains). This script carries the worker's events to
+// the window and the console (one JSON line each, the keys of `trainer-cli --json`), the
+// user's folder to the worker, and the window's buttons to both.
+import init, { PageWindow } from "./pkg/headroom_web.js";
+
 const query = location.search;
 const $ = (id) => document.getElementById(id);
-$("settings").textContent = "Settings: " + (query || "(the defaults; e.g. ?backend=cpu&steps=40&start=1)");
-
-const mib = (b) => (b / 1048576).toFixed(0) + " MiB";
-// One row per step (step, loss, patches/s, memory in use, peak): the curve and losses.csv.
+// One row per step (step, loss, patches/s, memory in use, peak): losses.csv.
 const rows = [];
-let budget = null;
+// The run's files, by name: their object URLs.
+const files = new Map();
 let worker = null;
-let paused = false;
+let view = null;
 // The user's folder, picked or dropped: {path, file} with the path from the folder's name
 // down; empty for the built-in dataset.
 let picked = [];
 
+// An error before the window exists (no WebGL, say) shows in the page's own text.
+function fail(message) {
+  console.error("headroom error: " + message);
+  if (view) view.fail(message);
+  else $("fallback").textContent = "Error: " + message;
+}
+
 // Only the files that can be clips are read into memory.
 const isClip = (path) => /\.(wav|npy)$/i.test(path);
 
-function choose(files, how) {
-  picked = files.filter((f) => isClip(f.path));
+function choose(found, how) {
+  picked = found.filter((f) => isClip(f.path));
   const folders = [...new Set(picked.map((f) => f.path.split("/")[0]))];
-  $("data").textContent = picked.length
+  view.data(picked.length
     ? `${picked.length} .wav/.npy files ${how} (${folders.join(", ")})`
-    : `no .wav or .npy files ${how}: the built-in dataset`;
+    : `no .wav or .npy files ${how}: the built-in dataset`);
 }
 
 $("folder").onchange = (e) =>
@@ -43,9 +52,12 @@ async function walk(entry, found) {
   }
 }
 
-document.addEventListener("dragover", (e) => e.preventDefault());
-document.addEventListener("drop", async (e) => {
+// Caught on the way down (capture): eframe's canvas takes drops of files, not of folders.
+window.addEventListener("dragover", (e) => { e.preventDefault(); e.stopPropagation(); }, true);
+window.addEventListener("drop", async (e) => {
   e.preventDefault();
+  e.stopPropagation();
+  if (view.running()) return;
   const entries = [...e.dataTransfer.items].map((i) => i.webkitGetAsEntry()).filter(Boolean);
   const found = [];
   try {
@@ -54,39 +66,21 @@ document.addEventListener("drop", async (e) => {
   } catch (error) {
     fail("cannot read the dropped files: " + error);
   }
-});
+}, true);
 
-function running(on) {
-  $("start").disabled = on;
-  $("pause").disabled = !on;
-  $("stop").disabled = !on;
-  if (!on) { paused = false; $("pause").textContent = "Pause"; }
-}
-
-function fail(message) {
-  console.error("headroom error: " + message);
-  $("error").textContent = "Error: " + message;
-  $("status").textContent = "stopped by an error";
-  running(false);
-}
-
-// A file of the run as a link: `id` names the link, so that a test can read it back.
 // `contents`: text, or bytes (a checkpoint's files).
 function offer(name, contents) {
-  const id = "file-" + name.replace(/[^a-z0-9]/gi, "-");
-  let link = $(id);
-  if (!link) {
-    link = document.createElement("a");
-    link.id = id;
-    link.download = name;
-    link.textContent = name;
-    if (!$("downloads").querySelector("a")) $("downloads").textContent = "";
-    $("downloads").append(link, " ");
-  } else {
-    URL.revokeObjectURL(link.href);
-  }
+  if (files.has(name)) URL.revokeObjectURL(files.get(name));
   const type = typeof contents === "string" ? "text/csv" : "application/octet-stream";
-  link.href = URL.createObjectURL(new Blob([contents], { type }));
+  files.set(name, URL.createObjectURL(new Blob([contents], { type })));
+  view.offered(name);
+}
+
+function download(name) {
+  const link = document.createElement("a");
+  link.href = files.get(name);
+  link.download = name;
+  link.click();
 }
 
 function offerLosses() {
@@ -95,57 +89,14 @@ function offerLosses() {
   offer("losses.csv", header + rows.map((r) => r.join(",")).join("\n") + "\n");
 }
 
-function drawLoss() {
-  const losses = rows.map((r) => r[1]);
-  const c = $("loss"), g = c.getContext("2d");
-  g.clearRect(0, 0, c.width, c.height);
-  if (losses.length < 2) return;
-  const hi = Math.max(...losses), lo = Math.min(...losses), span = hi - lo || 1;
-  g.strokeStyle = "#2e75b6"; g.beginPath();
-  losses.forEach((l, i) => {
-    const x = 5 + (i / (losses.length - 1)) * (c.width - 10);
-    const y = 5 + (1 - (l - lo) / span) * (c.height - 10);
-    i ? g.lineTo(x, y) : g.moveTo(x, y);
-  });
-  g.stroke();
-  g.fillStyle = "#222"; g.fillText(hi.toFixed(4), 8, 14); g.fillText(lo.toFixed(4), 8, c.height - 6);
-}
-
-function showMemory(now, peak, limit) {
-  const scale = Math.max(limit || 0, peak, 1);
-  $("mem-now").style.width = (100 * now / scale) + "%";
-  $("mem-peak").style.width = (100 * peak / scale) + "%";
-  if (limit) $("mem-budget").style.width = (100 * limit / scale) + "%";
-  $("mem-text").textContent = `in use ${mib(now)}, step peak ${mib(peak)}` + (limit ? `, budget ${mib(limit)}` : "");
-}
-
-function showResults(report) {
-  let html = `<p>Anomaly scores of ${report.clips} test clips</p><table><tr><th>machine type</th><th>id</th><th>AUC</th><th>pAUC</th><th>normal</th><th>anomalous</th></tr>`;
-  for (const r of report.per_machine) {
-    html += `<tr><td>${r.machine_type}</td><td>${String(r.machine_id).padStart(2, "0")}</td><td>${r.auc.toFixed(3)}</td><td>${r.pauc.toFixed(3)}</td><td>${r.normal_clips}</td><td>${r.anomalous_clips}</td></tr>`;
-  }
-  html += `<tr><th>all</th><th>mean</th><th>${report.auc.toFixed(3)}</th><th>${report.pauc.toFixed(3)}</th><td></td><td></td></tr>`;
-  $("results").innerHTML = html + "</table>";
-}
-
-function handle(body) {
-  switch (body.event) {
-    case "backend_choice": $("status").textContent = `backend ${body.backend}: ${body.reason}`; break;
-    case "budget": budget = body.bytes; break;
-    case "plan": $("plan").textContent = `Plan: ${body.reason}; ${body.precision}, checkpointing ${body.checkpointing ? "on" : "off"}`; break;
-    case "config": $("mem-source").textContent = body.memory_source; break;
-    case "step":
-      rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
-      drawLoss();
-      $("status").textContent = (paused ? "paused after " : "") +
-        `step ${body.step}/${body.total_steps}, loss ${body.loss.toFixed(4)}, ${body.patches_per_s.toFixed(0)} patches/s`;
-      showMemory(body.mem_allocated_bytes, body.mem_peak_bytes, body.mem_budget_bytes ?? budget);
-      break;
-    case "finished":
-      $("status").textContent = `${body.stopped_early ? "stopped" : "finished"} at step ${body.step}/${body.total_steps} in ${body.elapsed_s.toFixed(1)} s`;
-      offerLosses();
-      break;
-    case "evaluation": showResults(body); break;
+function handle(line) {
+  console.log(line);
+  view.event(line);
+  const body = JSON.parse(line);
+  if (body.event === "step") {
+    rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
+  } else if (body.event === "finished") {
+    offerLosses();
   }
 }
 
@@ -155,60 +106,66 @@ async function readPicked() {
     ({ path, bytes: new Uint8Array(await file.arrayBuffer()) })));
 }
 
-async function start() {
-  running(true);
+// `settings`: the run's, as an address' query.
+async function start(settings) {
   rows.length = 0;
-  $("downloads").textContent = "none yet";
-  $("note").textContent = "";
-  $("error").textContent = "";
-  $("status").textContent = "loading the engine";
+  for (const url of files.values()) URL.revokeObjectURL(url);
+  files.clear();
+  view.starting();
+  if (worker) worker.terminate();
   worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
   worker.onmessage = ({ data }) => {
     if (data.line !== undefined) {
-      console.log(data.line);
-      $("log").textContent += data.line + "\n";
-      try { handle(JSON.parse(data.line)); } catch (e) { fail("cannot show an event: " + e); }
+      try { handle(data.line); } catch (e) { fail("cannot show an event: " + e); }
     } else if (data.file !== undefined) {
       offer(data.file.name, data.file.contents);
     } else if (data.note !== undefined) {
       console.warn("headroom: " + data.note);
-      $("note").textContent = data.note;
+      view.note(data.note);
     } else if (data.error !== undefined) {
       fail(data.error);
     } else if (data.done) {
       console.log("headroom: run ended");
-      running(false);
+      view.ended();
     }
   };
   worker.onerror = (e) => fail("the worker stopped: " + (e.message || "see the console"));
-  let files;
+  let contents;
   try {
-    if (picked.length) $("status").textContent = `reading ${picked.length} files`;
-    files = await readPicked();
+    contents = await readPicked();
   } catch (error) {
     fail("cannot read the picked files: " + error);
     return;
   }
-  worker.postMessage({ query, files }, files.map((f) => f.bytes.buffer));
+  worker.postMessage({ query: settings, files: contents }, contents.map((f) => f.bytes.buffer));
 }
 
-// Both take effect at the next step boundary: the step under way finishes first.
-function togglePause() {
-  paused = !paused;
-  worker.postMessage({ pause: paused });
-  $("pause").textContent = paused ? "Resume" : "Pause";
-  if (paused) $("status").textContent = "paused (after the step under way)";
+// What the user asks for in the window. Pause and Stop take effect at the next step
+// boundary: the step under way finishes first.
+function act(what, value) {
+  switch (what) {
+    case "start": start(value); break;
+    case "pause": worker.postMessage({ pause: value }); break;
+    case "stop": worker.postMessage({ stop: true }); break;
+    case "pick": $("folder").click(); break;
+    case "download": download(value); break;
+  }
 }
 
-function stop() {
-  worker.postMessage({ stop: true });
-  if (paused) worker.postMessage({ pause: false });
-  $("pause").disabled = true;
-  $("stop").disabled = true;
-  $("status").textContent = "stopping (after the step under way)";
-}
+// For scripts and the page's tests: what the window shows (each painted text, where, in CSS
+// pixels of the page) and the run's files.
+window.headroom = {
+  shown() {
+    const corner = $("window").getBoundingClientRect();
+    return JSON.parse(view.shown()).map((t) => ({ ...t, x: t.x + corner.left, y: t.y + corner.top }));
+  },
+  file: (name) => files.get(name) ?? null,
+};
 
-$("start").onclick = start;
-$("pause").onclick = togglePause;
-$("stop").onclick = stop;
-if (new URLSearchParams(query).get("start") === "1") start();
+try {
+  await init();
+  view = await PageWindow.open($("window"), query, act);
+  if (new URLSearchParams(query).get("start") === "1") start(query);
+} catch (e) {
+  fail("the page's window did not open: " + (e instanceof Error ? e.message : e));
+}

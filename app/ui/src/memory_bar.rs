@@ -1,7 +1,7 @@
 //! A device-memory bar: segments filled left to right over the device's capacity, with the
 //! budget drawn as a line across it, so "under the line" can be seen at a glance.
 
-use eframe::egui::{self, Color32, CornerRadius, Rect, Sense, Stroke, StrokeKind, Vec2};
+use egui::{self, Color32, CornerRadius, Rect, Sense, Stroke, StrokeKind, Vec2};
 
 /// One part of the bar.
 pub struct Segment {

@@ -1,7 +1,7 @@
 //! What the app shows about a run, folded from core's events: no egui here, so it is tested
 //! like any other code and the panels only draw it.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, RunInfo};
 
