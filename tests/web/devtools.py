@@ -46,6 +46,9 @@ class Browser:
         ]
         # SwiftShader's Vulkan is the adapter a headless Chromium without a GPU offers.
         flags += ["--enable-unsafe-webgpu"] if webgpu else ["--disable-webgpu"]
+        # The page's window draws with WebGL, which without a GPU is SwiftShader too: Chromium
+        # still falls back to it on its own, with a warning that it will stop doing so.
+        flags += ["--enable-unsafe-swiftshader"]
 
         def pipes_on_3_and_4():
             # Out of the way first: either end may already sit on 3 or 4.

@@ -457,11 +457,11 @@ pub struct Painted {
 /// Every text painted so far this frame, as it will be on the screen: what the page shows,
 /// read back by its tests (and a user's script) without guessing at pixels.
 pub fn painted_texts(ctx: &egui::Context) -> Vec<Painted> {
-    let layers: Vec<egui::LayerId> = ctx
-        .memory(|m| m.layer_ids().collect::<Vec<_>>())
-        .into_iter()
-        .chain([egui::LayerId::background()])
-        .collect();
+    let mut layers: Vec<egui::LayerId> = ctx.memory(|m| m.layer_ids().collect());
+    // The central panel's layer, before it is in the order (the first frame).
+    if !layers.contains(&egui::LayerId::background()) {
+        layers.insert(0, egui::LayerId::background());
+    }
     let mut found = Vec::new();
     ctx.graphics(|graphics| {
         for layer in &layers {
@@ -472,7 +472,6 @@ pub fn painted_texts(ctx: &egui::Context) -> Vec<Painted> {
             }
         }
     });
-    found.dedup();
     found
 }
 

@@ -57,7 +57,7 @@ window.addEventListener("dragover", (e) => { e.preventDefault(); e.stopPropagati
 window.addEventListener("drop", async (e) => {
   e.preventDefault();
   e.stopPropagation();
-  if (view.running()) return;
+  if (!view || view.running()) return;
   const entries = [...e.dataTransfer.items].map((i) => i.webkitGetAsEntry()).filter(Boolean);
   const found = [];
   try {
@@ -152,19 +152,18 @@ function act(what, value) {
   }
 }
 
-// For scripts and the page's tests: what the window shows (each painted text, where, in CSS
-// pixels of the page) and the run's files.
-window.headroom = {
-  shown() {
-    const corner = $("window").getBoundingClientRect();
-    return JSON.parse(view.shown()).map((t) => ({ ...t, x: t.x + corner.left, y: t.y + corner.top }));
-  },
-  file: (name) => files.get(name) ?? null,
-};
-
 try {
   await init();
   view = await PageWindow.open($("window"), query, act);
+  // For scripts and the page's tests: what the window shows (each painted text, where, in CSS
+  // pixels of the page) and the run's files.
+  window.headroom = {
+    shown() {
+      const corner = $("window").getBoundingClientRect();
+      return JSON.parse(view.shown()).map((t) => ({ ...t, x: t.x + corner.left, y: t.y + corner.top }));
+    },
+    file: (name) => files.get(name) ?? null,
+  };
   if (new URLSearchParams(query).get("start") === "1") start(query);
 } catch (e) {
   fail("the page's window did not open: " + (e instanceof Error ? e.message : e));
