@@ -88,8 +88,8 @@ pub enum SettingsError {
     )]
     BuiltInOnly { key: &'static str },
     #[error(
-        "the address's `{key}` is for a folder of your recordings: pick one (\"Your own\" \
-         under Data), or remove it from the address to train on the built-in dataset"
+        "the address's `{key}` is for a folder of your recordings: pick one (\"Choose a \
+         folder...\" beside Data), or remove it from the address to train on the built-in dataset"
     )]
     FolderOnly { key: &'static str },
 }

@@ -355,7 +355,7 @@ impl PageUi {
             words += &format!(", budget {}", human(budget));
         }
         ui.label(words);
-        let segments = [
+        let mut segments = vec![
             Segment {
                 label: format!("in use {}", human(latest.allocated)),
                 bytes: latest.allocated,
@@ -367,8 +367,17 @@ impl PageUi {
                 color: palette("peak"),
             },
         ];
+        // A device pool keeps what it once allocated: what the device has given the run.
+        let reserved = latest.reserved.unwrap_or(0);
+        if reserved > latest.peak {
+            segments.push(Segment {
+                label: format!("held by the pool, {}", human(reserved)),
+                bytes: reserved - latest.peak,
+                color: palette("reserved"),
+            });
+        }
         MemoryBar {
-            capacity: budget.unwrap_or(latest.peak).max(latest.peak),
+            capacity: budget.unwrap_or(0).max(latest.peak).max(reserved),
             budget,
             segments: &segments,
             peak: Some(latest.peak),
