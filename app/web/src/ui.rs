@@ -7,6 +7,7 @@
 use egui::{Color32, RichText};
 use headroom_core::events::{EvaluationReport, Event};
 use headroom_core::memory::MemorySource;
+use headroom_ui::loss_plot;
 use headroom_ui::memory_bar::{MemoryBar, Segment, legend, palette};
 use headroom_ui::session::{RunState, Session, human};
 
@@ -391,23 +392,7 @@ impl PageUi {
 
     fn loss_curve(&self, ui: &mut egui::Ui) {
         ui.label("Loss per step");
-        egui_plot::Plot::new("loss")
-            .height(160.0)
-            .x_axis_label("step")
-            .allow_scroll(false)
-            .show(ui, |plot| {
-                plot.line(egui_plot::Line::new(
-                    "train loss",
-                    self.session.loss.clone(),
-                ));
-                if !self.session.validation.is_empty() {
-                    plot.points(
-                        egui_plot::Points::new("validation loss", self.session.validation.clone())
-                            .radius(4.0)
-                            .filled(true),
-                    );
-                }
-            });
+        loss_plot::show(ui, &self.session, 180.0);
     }
 
     fn files_row(&self, ui: &mut egui::Ui, actions: &mut Vec<Action>) {
