@@ -5,11 +5,11 @@
 //! does (`canvas` runs it in eframe's web runner).
 
 use egui::{Color32, RichText};
-use headroom_core::events::{EvaluationReport, Event};
+use headroom_core::events::Event;
 use headroom_core::memory::MemorySource;
-use headroom_ui::loss_plot;
 use headroom_ui::memory_bar::{MemoryBar, Segment, legend, palette};
 use headroom_ui::session::{RunState, Session, human};
+use headroom_ui::{loss_plot, results_table};
 
 use crate::settings::PageSettings;
 
@@ -237,7 +237,8 @@ impl PageUi {
         self.memory(ui);
         self.loss_curve(ui);
         if let Some(report) = &self.session.evaluation {
-            results_table(ui, report);
+            ui.label(format!("Anomaly scores of {} test clips", report.clips));
+            results_table::show(ui, report);
         }
         self.files_row(ui, &mut actions);
         egui::CollapsingHeader::new("Events")
@@ -411,31 +412,6 @@ impl PageUi {
             ui.label(RichText::new(note).weak());
         }
     }
-}
-
-/// AUC/pAUC per machine type and ID, the means last: what `trainer-cli eval` prints.
-fn results_table(ui: &mut egui::Ui, report: &EvaluationReport) {
-    ui.label(format!("Anomaly scores of {} test clips", report.clips));
-    egui::Grid::new("results").striped(true).show(ui, |ui| {
-        for h in ["machine type", "id", "AUC", "pAUC", "normal", "anomalous"] {
-            ui.label(RichText::new(h).strong());
-        }
-        ui.end_row();
-        for m in &report.per_machine {
-            ui.label(&m.machine_type);
-            ui.label(format!("{:02}", m.machine_id));
-            ui.label(format!("{:.3}", m.auc));
-            ui.label(format!("{:.3}", m.pauc));
-            ui.label(m.normal_clips.to_string());
-            ui.label(m.anomalous_clips.to_string());
-            ui.end_row();
-        }
-        ui.label(RichText::new("all").strong());
-        ui.label(RichText::new("mean").strong());
-        ui.label(RichText::new(format!("{:.3}", report.auc)).strong());
-        ui.label(RichText::new(format!("{:.3}", report.pauc)).strong());
-        ui.end_row();
-    });
 }
 
 /// A text egui painted this frame, and where (in points from the canvas' corner).

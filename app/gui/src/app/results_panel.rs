@@ -9,26 +9,7 @@ impl HeadroomApp {
             ui.label("The test split is scored when training ends.");
             return;
         };
-        egui::Grid::new("results").striped(true).show(ui, |ui| {
-            for h in ["machine type", "id", "AUC", "pAUC", "normal", "anomalous"] {
-                ui.label(RichText::new(h).strong());
-            }
-            ui.end_row();
-            for m in &report.per_machine {
-                ui.label(&m.machine_type);
-                ui.label(format!("{:02}", m.machine_id));
-                ui.label(format!("{:.3}", m.auc));
-                ui.label(format!("{:.3}", m.pauc));
-                ui.label(m.normal_clips.to_string());
-                ui.label(m.anomalous_clips.to_string());
-                ui.end_row();
-            }
-            ui.label(RichText::new("mean").strong());
-            ui.label("");
-            ui.label(RichText::new(format!("{:.3}", report.auc)).strong());
-            ui.label(RichText::new(format!("{:.3}", report.pauc)).strong());
-            ui.end_row();
-        });
+        headroom_ui::results_table::show(ui, report);
         if ui.button("Export CSV...").clicked()
             && let Some(path) = rfd::FileDialog::new()
                 .set_file_name("results.csv")
