@@ -9,7 +9,7 @@ use headroom_core::events::Event;
 use headroom_core::memory::MemorySource;
 use headroom_ui::memory_bar::{MemoryBar, Segment, legend, palette};
 use headroom_ui::session::{RunState, Session, human};
-use headroom_ui::{loss_plot, results_table};
+use headroom_ui::{event_log, loss_plot, results_table};
 
 use crate::settings::PageSettings;
 
@@ -241,18 +241,7 @@ impl PageUi {
             results_table::show(ui, report);
         }
         self.files_row(ui, &mut actions);
-        egui::CollapsingHeader::new("Events")
-            .default_open(false)
-            .show(ui, |ui| {
-                egui::ScrollArea::vertical()
-                    .max_height(160.0)
-                    .stick_to_bottom(true)
-                    .show(ui, |ui| {
-                        for line in &self.session.log {
-                            ui.small(line);
-                        }
-                    });
-            });
+        event_log::show(ui, &self.session, false);
         actions
     }
 

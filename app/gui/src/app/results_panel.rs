@@ -23,17 +23,6 @@ impl HeadroomApp {
     }
 
     pub(super) fn log_panel(&mut self, ui: &mut egui::Ui) {
-        egui::CollapsingHeader::new("Events")
-            .default_open(true)
-            .show(ui, |ui| {
-                egui::ScrollArea::vertical()
-                    .max_height(160.0)
-                    .stick_to_bottom(true)
-                    .show(ui, |ui| {
-                        for line in &self.session.log {
-                            ui.small(line);
-                        }
-                    });
-            });
+        headroom_ui::event_log::show(ui, &self.session, true);
     }
 }
