@@ -107,7 +107,21 @@ impl PageWindow {
     /// The texts the last frame painted, with where (CSS pixels from the canvas' corner), as
     /// JSON `[{text, x, y, w, h}]`: what the page shows, for its tests.
     pub fn shown(&self) -> String {
-        serde_json::to_string(&self.shared.borrow().painted).unwrap_or_default()
+        let shared = self.shared.borrow();
+        // A point is a CSS pixel times the page's egui zoom (1 unless the user zooms).
+        let zoom = shared.ctx.as_ref().map_or(1.0, egui::Context::zoom_factor);
+        let painted: Vec<Painted> = shared
+            .painted
+            .iter()
+            .map(|p| Painted {
+                text: p.text.clone(),
+                x: p.x * zoom,
+                y: p.y * zoom,
+                w: p.w * zoom,
+                h: p.h * zoom,
+            })
+            .collect();
+        serde_json::to_string(&painted).unwrap_or_default()
     }
 
     fn change<R>(&self, change: impl FnOnce(&mut PageUi) -> R) -> R {
