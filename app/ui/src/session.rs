@@ -152,7 +152,11 @@ impl Session {
                 self.dataset = Some(d.clone());
             }
             Event::Config(info) => {
-                self.state = RunState::Training;
+                // A run paused or stopped while it prepared stays so: the flag holds it at
+                // its first step boundary.
+                if matches!(self.state, RunState::Idle | RunState::Preparing) {
+                    self.state = RunState::Training;
+                }
                 self.log.push(format!(
                     "training {} on {} ({}): {} steps, effective batch {} patches",
                     info.model, info.backend, info.device, info.total_steps, info.effective_batch

@@ -36,15 +36,11 @@ pub struct PageUi {
     budget: String,
     data: String,
     session: Session,
-    /// Between Start and the worker's end (which comes after scoring, past `finished`).
+    /// Between Start and the worker's end (which comes after scoring, past `finished`,
+    /// where the session's state says the run is over).
     running: bool,
-    paused: bool,
-    stopping: bool,
     backend: Option<String>,
     budget_source: Option<String>,
-    memory_source: Option<MemorySource>,
-    /// The run's length, as its steps report it.
-    total_steps: Option<u64>,
     /// The run's end in words, from its `finished` event, and whether the test split is
     /// scored after it.
     ended: Option<(String, bool)>,
@@ -70,12 +66,8 @@ impl PageUi {
             data: BUILT_IN.into(),
             session: Session::default(),
             running: false,
-            paused: false,
-            stopping: false,
             backend: None,
             budget_source: None,
-            memory_source: None,
-            total_steps: None,
             ended: None,
             scores: PageSettings::parse(query).is_ok_and(|s| s.eval),
             files: Vec::new(),
@@ -120,8 +112,6 @@ impl PageUi {
                 self.backend = Some(format!("{backend}: {reason}"))
             }
             Event::Budget { source, .. } => self.budget_source = Some(source.clone()),
-            Event::Config(info) => self.memory_source = Some(info.memory_source),
-            Event::Step(step) => self.total_steps = Some(step.total_steps),
             Event::Finished {
                 step,
                 total_steps,
@@ -184,16 +174,17 @@ impl PageUi {
                 ended.clone()
             };
         }
-        if self.stopping && self.running {
+        let paused = session.state == RunState::Paused;
+        if session.state == RunState::Stopping && self.running {
             return "stopping (after the step under way)".into();
         }
-        match (session.loss.last(), self.total_steps) {
-            (Some(&[step, loss]), Some(total)) => {
+        match (session.loss.last(), session.total_steps()) {
+            (Some(&[step, loss]), total) if total > 0 => {
                 let speed = session.throughput.last().map_or(0.0, |t| t[1]);
-                let paused = if self.paused { "paused after " } else { "" };
+                let paused = if paused { "paused after " } else { "" };
                 format!("{paused}step {step}/{total}, loss {loss:.4}, {speed:.0} patches/s")
             }
-            _ if self.paused => "paused (after the step under way)".into(),
+            _ if paused => "paused (after the step under way)".into(),
             _ if self.running => session
                 .log
                 .last()
@@ -279,24 +270,34 @@ impl PageUi {
                     Err(error) => self.session.fail(error),
                 }
             }
-            let can_pause = self.running && !self.stopping && self.ended.is_none();
-            let pause = if self.paused { "Resume" } else { "Pause" };
+            let state = self.session.state;
+            let paused = state == RunState::Paused;
+            let can_pause = self.running
+                && self.ended.is_none()
+                && matches!(
+                    state,
+                    RunState::Preparing | RunState::Training | RunState::Paused
+                );
+            let pause = if paused { "Resume" } else { "Pause" };
             if ui
                 .add_enabled(can_pause, egui::Button::new(pause))
                 .clicked()
             {
-                self.paused = !self.paused;
-                actions.push(Action::Pause(self.paused));
+                self.session.state = if paused {
+                    RunState::Training
+                } else {
+                    RunState::Paused
+                };
+                actions.push(Action::Pause(!paused));
             }
             if ui
                 .add_enabled(can_pause, egui::Button::new("Stop"))
                 .clicked()
             {
-                self.stopping = true;
+                self.session.state = RunState::Stopping;
                 actions.push(Action::Stop);
                 // A paused run must go on to reach the boundary where it stops.
-                if self.paused {
-                    self.paused = false;
+                if paused {
                     actions.push(Action::Pause(false));
                 }
             }
@@ -323,7 +324,7 @@ impl PageUi {
     }
 
     fn memory(&self, ui: &mut egui::Ui) {
-        let source = match self.memory_source {
+        let source = match self.session.info.as_ref().map(|info| info.memory_source) {
             Some(MemorySource::HostAllocator) => "the page's heap, counted",
             Some(MemorySource::DevicePool) => "the WebGPU device pool",
             Some(MemorySource::Unmeasured) => "not measured",
@@ -502,6 +503,7 @@ mod tests {
         vec![
             r#"{"event":"backend_choice","backend":"flex","reason":"no WebGPU adapter in this browser"}"#.into(),
             r#"{"event":"budget","bytes":536870912,"source":"given as 512 MiB"}"#.into(),
+            r#"{"event":"config","model":"vq-autoencoder","backend":"flex","device":"cpu","micro_batch":2,"accumulation":1,"n_patches":4,"stride":4,"effective_batch":8,"total_steps":3,"start_step":0,"steps_per_epoch":3,"lr":0.001,"seed":5,"train_clips":6,"validation_clips":2,"test_clips":4,"parameters":1000,"memory_source":"host_allocator","precision":"f32","checkpointing":false}"#.into(),
             step(1, 0.9),
             step(2, 0.7),
         ]
@@ -520,6 +522,10 @@ mod tests {
         let (painted, _) = frame(&mut page, &ctx, vec![]);
         let shown = texts(&painted);
         assert!(shown.contains("Backend flex: no WebGPU adapter"), "{shown}");
+        assert!(
+            shown.contains("Memory (the page's heap, counted): in use"),
+            "{shown}"
+        );
         assert!(
             shown.contains("in use 40 MiB, step peak 100 MiB, budget 512 MiB"),
             "{shown}"
@@ -597,19 +603,35 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_while_the_run_prepares_outlasts_its_config() {
+        let mut page = PageUi::new("");
+        page.starting();
+        page.session.state = RunState::Paused;
+        for line in run_lines() {
+            page.event_line(&line).unwrap();
+        }
+        assert_eq!(page.session.state, RunState::Paused);
+        assert!(
+            page.status().starts_with("paused after step 2/3"),
+            "{}",
+            page.status()
+        );
+    }
+
+    #[test]
     fn pause_stop_and_the_end_show_in_the_status() {
         let mut page = PageUi::new("");
         page.starting();
         for line in run_lines() {
             page.event_line(&line).unwrap();
         }
-        page.paused = true;
+        page.session.state = RunState::Paused;
         assert!(
             page.status().starts_with("paused after step 2/3"),
             "{}",
             page.status()
         );
-        page.stopping = true;
+        page.session.state = RunState::Stopping;
         assert_eq!(page.status(), "stopping (after the step under way)");
         page.event_line(
             r#"{"event":"finished","step":2,"total_steps":3,"stopped_early":true,"elapsed_s":1.5}"#,
