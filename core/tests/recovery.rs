@@ -66,7 +66,7 @@ fn an_out_of_memory_step_is_redone_at_the_largest_micro_batch_that_fits_and_lose
     // patches, and a budget 12 MiB under what they reached: about three spectrograms too
     // many. Halving (to 8) would leave a quarter of the budget unused.
     let _alone = alone();
-    let (a, short, to) = recovers(BackendKind::Flex, 16, 3, 12 * MIB);
+    let (a, short, to) = recovers(BackendKind::Flex, 16, 3, 12 * MIB, 1);
     ends_where_a_run_split_by_choice_ends(a, short, 3, to);
 }
 
@@ -75,22 +75,30 @@ fn an_out_of_memory_step_is_redone_at_the_largest_micro_batch_that_fits_and_lose
 /// ends where a run split by choice ends is the training loop's doing, the same on every
 /// backend, and is checked on flex: on lavapipe that second run would take about as long as
 /// the rest of this test.
+///
+/// A pool's footprint falls in whole pages as the micro-batch shrinks, which the two
+/// calibrated sizes' straight line does not see: measured here, 56 MiB at 8 spectrograms
+/// (17 MiB left after the cleanup), 53 MiB at 6, so the first re-plan (6) can still be over
+/// and the step is redone once more from that reading. Each redo is a dry-run of the smaller
+/// micro-batch (the step changed nothing), so a second one costs time, not a step.
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_recovers_the_same_way() {
     let _alone = alone();
-    recovers(BackendKind::Wgpu, 8, 3, 8 * MIB);
+    recovers(BackendKind::Wgpu, 8, 3, 8 * MIB, 2);
 }
 
 /// Run A: micro-batch `micro_batch` x 2 patches; after step `k - 1` the budget drops to
-/// `below` under that step's peak. The redone step and the rest of the run must fit the new
-/// budget, use at least 85% of it, and keep the effective batch. Returns run A, its
-/// configuration, and the micro-batch it recovered to. The caller holds [`alone`].
+/// `below` under that step's peak. Step `k` is redone, at most `attempts` times, each time at
+/// a smaller micro-batch above half the first; the redone step and the rest of the run must
+/// fit the new budget, use at least 85% of it, and keep the effective batch. Returns run A,
+/// its configuration, and the micro-batch it recovered to. The caller holds [`alone`].
 fn recovers(
     backend: BackendKind,
     micro_batch: usize,
     k: u64,
     below: u64,
+    attempts: usize,
 ) -> (Trainer, TrainConfig, usize) {
     let mut short = config_on(backend);
     short.micro_batch = micro_batch;
@@ -123,16 +131,27 @@ fn recovers(
             _ => None,
         })
         .collect();
-    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
-    let r = &recoveries[0];
-    let to = r.to_micro_batch;
-    assert_eq!((r.step, r.from_micro_batch), (k, micro_batch));
     assert!(
-        to > micro_batch / 2 && to < micro_batch,
-        "re-planned to {to}, not halved"
+        (1..=attempts).contains(&recoveries.len()),
+        "{} recoveries, at most {attempts} expected: {recoveries:?}",
+        recoveries.len()
     );
-    assert_eq!(r.to_accumulation, micro_batch.div_ceil(to));
-    assert_eq!(r.effective_batch, 2 * micro_batch);
+    let mut from = micro_batch;
+    for (i, r) in recoveries.iter().enumerate() {
+        let to = r.to_micro_batch;
+        assert_eq!(
+            (r.step, r.from_micro_batch, r.in_a_row),
+            (k, from, i as u32 + 1)
+        );
+        assert!(
+            to > micro_batch / 2 && to < from,
+            "re-planned from {from} to {to}, not above half of {micro_batch}: {recoveries:?}"
+        );
+        assert_eq!(r.to_accumulation, micro_batch.div_ceil(to));
+        assert_eq!(r.effective_batch, 2 * micro_batch);
+        from = to;
+    }
+    let to = from;
 
     let done = steps(&events);
     assert_eq!(
