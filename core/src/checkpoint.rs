@@ -81,6 +81,11 @@ pub enum CheckpointError {
         "no checkpoint in {path}: expected {POINTER_FILE} or {STATE_FILE}; pass a run's --out directory or one of its checkpoints/step-* directories"
     )]
     Missing { path: PathBuf },
+    #[error(
+        "checkpoint {path} has no {file}: give the three files a run saves together \
+         ({MODEL_FILE}, {OPTIMIZER_FILE}, {STATE_FILE})"
+    )]
+    MissingFile { path: PathBuf, file: &'static str },
 }
 
 pub struct LoadedCheckpoint<M> {
@@ -206,6 +211,34 @@ impl CheckpointFiles {
         ]
     }
 
+    /// A checkpoint from files given by name (a page's upload, the names [`named`] gives;
+    /// other names are ignored); `dir` is what errors name.
+    ///
+    /// [`named`]: CheckpointFiles::named
+    pub fn from_named<S: AsRef<str>>(
+        files: impl IntoIterator<Item = (S, Vec<u8>)>,
+        dir: &Path,
+    ) -> Result<Self, CheckpointError> {
+        let (mut model, mut optimizer, mut state) = (None, None, None);
+        for (name, bytes) in files {
+            match name.as_ref() {
+                MODEL_FILE => model = Some(bytes),
+                OPTIMIZER_FILE => optimizer = Some(bytes),
+                STATE_FILE => state = Some(bytes),
+                _ => {}
+            }
+        }
+        let missing = |file| CheckpointError::MissingFile {
+            path: dir.to_path_buf(),
+            file,
+        };
+        Ok(Self {
+            model: model.ok_or_else(|| missing(MODEL_FILE))?,
+            optimizer: optimizer.ok_or_else(|| missing(OPTIMIZER_FILE))?,
+            state: state.ok_or_else(|| missing(STATE_FILE))?,
+        })
+    }
+
     /// Reads the checkpoint a path names (see [`resolve`]).
     pub fn read(path: &Path) -> Result<(Self, PathBuf), CheckpointError> {
         let dir = resolve(path)?;
@@ -243,8 +276,13 @@ impl CheckpointFiles {
             .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
         let model = restore_param_ids(model, &state.param_ids)
             .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
+        // On the parameters' device: burn's `from_bytes` would use `Device::default()`, which
+        // is WebGPU in the page's build even for a run on the CPU (vendor/burn-optim).
         let optimizer = new_optimizer()
-            .from_bytes(Bytes::from_bytes_vec(self.optimizer))
+            .from_bytes_on(
+                Bytes::from_bytes_vec(self.optimizer),
+                &device.clone().inner(),
+            )
             .map_err(|e| invalid(&dir.join(OPTIMIZER_FILE), e))?;
         Ok(LoadedCheckpoint {
             state,
@@ -503,6 +541,35 @@ mod tests {
         let err = read_state(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("state.json") && err.contains("not a Headroom checkpoint"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn files_given_by_name_are_the_files_saved_and_a_missing_one_is_named() {
+        let run = tempfile::tempdir().unwrap();
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        let model = VqAutoencoderConfig::default().init(&device);
+        save(run.path(), &state(1, &model), &model, &new_optimizer()).unwrap();
+        let (saved, _) = CheckpointFiles::read(run.path()).unwrap();
+        let upload = Path::new("upload");
+        let mut given: Vec<_> = saved
+            .named()
+            .iter()
+            .map(|(name, bytes)| (*name, bytes.to_vec()))
+            .collect();
+        given.push(("losses.csv", b"step,loss".to_vec()));
+        given.reverse();
+        assert_eq!(
+            CheckpointFiles::from_named(given.clone(), upload).unwrap(),
+            saved
+        );
+        given.retain(|(name, _)| *name != OPTIMIZER_FILE);
+        let err = CheckpointFiles::from_named(given, upload)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("upload") && err.contains("has no optimizer.burnpack"),
             "{err}"
         );
     }

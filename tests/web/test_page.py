@@ -396,23 +396,26 @@ def assert_same_steps(got: list[tuple[int, float]], expected: list[tuple[int, fl
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.burnpack", "state.json")
 
 
-def test_checkpoint_download_resumes_in_trainer_cli(base: str, trainer_cli: str):
+def test_checkpoint_resumes_in_trainer_cli_and_in_the_page(base: str, trainer_cli: str):
     """A run of 3 steps on the CPU, in the page and natively: the checkpoint the page offers,
     resumed by `trainer-cli train --resume` to 5 steps, trains steps 4 and 5 as trainer-cli's
-    own checkpoint does (weights, AdamW's moments and the data's position all carried)."""
+    own checkpoint does (weights, AdamW's moments and the data's position all carried); and
+    the same files, chosen in a fresh page with "Resume from a checkpoint...", train steps 4
+    and 5 there too."""
     split, seed = (4, 4, 1), 11
     (batch, patches, accumulation) = split
     flags = ["--backend", "flex", "--no-plan", "--no-eval", "--seed", str(seed),
              "--batch-size", str(batch), "--n-patches", str(patches),
              "--gradient-accumulation-steps", str(accumulation), "--steps", "3"]
+    settings = (f"backend=cpu&plan=0&eval=0&seed={seed}&batch={batch}&patches={patches}"
+                f"&accumulation={accumulation}")
     with tempfile.TemporaryDirectory() as tmp:
         native_run = os.path.join(tmp, "native")
         native_steps(trainer_cli, ["--out", native_run, *flags])
         native = resume_natively(trainer_cli, native_run, 5)
 
-        events, browser = run_page(
-            f"{base}?start=1&backend=cpu&plan=0&eval=0&steps=3&seed={seed}&batch={batch}"
-            f"&patches={patches}&accumulation={accumulation}", webgpu=False, timeout=900)
+        events, browser = run_page(f"{base}?start=1&steps=3&{settings}", webgpu=False,
+                                   timeout=900)
         try:
             from_page = os.path.join(tmp, "from-page")
             os.makedirs(from_page)
@@ -424,8 +427,29 @@ def test_checkpoint_download_resumes_in_trainer_cli(base: str, trainer_cli: str)
         assert len(of(events, "step")) == 3, events
         page_checkpoint = resume_natively(trainer_cli, from_page, 5)
         assert_same_steps(page_checkpoint, native, "the page's checkpoint, resumed natively")
+
+        browser = Browser(webgpu=False)
+        try:
+            browser.navigate(f"{base}?steps=5&{settings}")
+            wait_window(browser)
+            browser.pick_files("#checkpoint", [os.path.join(from_page, n)
+                                               for n in CHECKPOINT_FILES])
+            wait_shown(browser, "Resume from: model.safetensors, optimizer.burnpack, "
+                       "state.json (step 3).", 30)
+            click(browser, "Start")
+            resumed = []
+            for line in console_lines(browser, lambda l: l == ENDED or l.startswith(FAILED),
+                                      600):
+                assert not line.startswith(FAILED), line
+                resumed.append(line)
+            in_page = [(s["step"], s["loss"]) for s in steps_in(resumed)]
+            assert_same_steps(in_page, native, "the page's checkpoint, resumed in the page")
+            config = of(events_in(resumed), "config")[0]
+            assert config["start_step"] == 3 and config["total_steps"] == 5, config
+        finally:
+            browser.close()
     print(f"checkpoint: trainer-cli resumed its own step-3 checkpoint to {native}, "
-          f"the page's to {page_checkpoint}")
+          f"the page's to {page_checkpoint}, the page resumed it to {in_page}")
 
 
 def main():
@@ -446,8 +470,8 @@ def main():
         "cpu_pause_resume_and_stop": lambda: test_cpu_pause_resume_and_stop(base),
         "user_folder_trains_as_native":
             lambda: test_user_folder_trains_as_native(base, args.trainer_cli),
-        "checkpoint_download_resumes_in_trainer_cli":
-            lambda: test_checkpoint_download_resumes_in_trainer_cli(base, args.trainer_cli),
+        "checkpoint_resumes_in_trainer_cli_and_in_the_page":
+            lambda: test_checkpoint_resumes_in_trainer_cli_and_in_the_page(base, args.trainer_cli),
     }
     chosen = [name for name in tests if args.only is None or args.only in name]
     failed = 0

@@ -32,7 +32,8 @@ impl PageWindow {
     /// Opens the window on `canvas`, for the settings of the address `query`. `act(what,
     /// value)` is called with what the user asks for: `("start", settings)` (the address'
     /// query, with the budget typed in the page), `("pause", true|false)`,
-    /// `("stop")`, `("pick")` (the folder chooser), `("download", name)`.
+    /// `("stop")`, `("pick")` (the folder chooser), `("pick-checkpoint")` (the file chooser
+    /// for a checkpoint), `("forget-checkpoint")`, `("download", name)`.
     pub async fn open(
         canvas: HtmlCanvasElement,
         query: String,
@@ -74,6 +75,11 @@ impl PageWindow {
     /// What the run will train on, in words; empty for the built-in dataset.
     pub fn data(&self, words: &str) {
         self.change(|page| page.set_data(words));
+    }
+
+    /// The checkpoint the next Start resumes from, in words; empty for a new run.
+    pub fn checkpoint(&self, words: &str) {
+        self.change(|page| page.set_checkpoint(words));
     }
 
     /// A run is starting.
@@ -160,6 +166,8 @@ impl eframe::App for PageApp {
                 Action::Pause(paused) => ("pause", JsValue::from_bool(paused)),
                 Action::Stop => ("stop", JsValue::UNDEFINED),
                 Action::PickFolder => ("pick", JsValue::UNDEFINED),
+                Action::PickCheckpoint => ("pick-checkpoint", JsValue::UNDEFINED),
+                Action::ForgetCheckpoint => ("forget-checkpoint", JsValue::UNDEFINED),
                 Action::Download(name) => ("download", JsValue::from_str(&name)),
             };
             if let Err(error) = self

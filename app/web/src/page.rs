@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use headroom_core::checkpoint::CheckpointFiles;
 use headroom_core::dataset::LoaderOptions;
 use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
@@ -53,18 +54,22 @@ fn start() {
 /// Trains with the settings of the page's address `query`; `webgpu`: whether the browser
 /// offers WebGPU here; `files`: the folder the user picked or dropped, as `{path, bytes}`
 /// objects (`path` from the folder's name down, `bytes` a Uint8Array), empty for the
-/// built-in dataset. Each event goes to `emit` as one JSON line, each file of the run to
-/// `offer` as (name, text or bytes) for the page to offer as a download, and what the page
-/// should say beside them to `note`. Errors come back as the words trainer-cli would print.
+/// built-in dataset; `checkpoint`: the files of a checkpoint to resume from, as `{name,
+/// bytes}` objects, empty for a new run. Each event goes to `emit` as one JSON line, each
+/// file of the run to `offer` as (name, text or bytes) for the page to offer as a download,
+/// and what the page should say beside them to `note`. Errors come back as the words
+/// trainer-cli would print.
 #[wasm_bindgen]
 pub async fn train(
     query: String,
     webgpu: bool,
     files: js_sys::Array,
+    checkpoint: js_sys::Array,
     page: Callbacks,
 ) -> Result<(), JsError> {
     let settings = PageSettings::parse(&query)?;
     let files = loaded_files(&files)?;
+    let resume = checkpoint_files(&checkpoint)?;
     let picked = folder_name(&files);
     let mut sink = |event: Event| page.emit(&event);
     let (backend, reason) = choose(settings.backend, webgpu).await?;
@@ -89,10 +94,20 @@ pub async fn train(
         },
         ..RunOptions::default()
     };
-    let config = settings
-        .train_config(backend, picked.as_deref())
-        .map_err(|e| JsError::new(&e))?;
-    let mut trainer = Trainer::new_async(config, options).await?;
+    let mut trainer = match resume {
+        Some(saved) => {
+            let name = std::path::Path::new(UPLOADED);
+            let config = saved.state(name)?.config;
+            let changes = settings.resume_changes(&config, backend)?;
+            Trainer::resume_files_async(saved, name, &changes, options).await?
+        }
+        None => {
+            let config = settings
+                .train_config(backend, picked.as_deref())
+                .map_err(|e| JsError::new(&e))?;
+            Trainer::new_async(config, options).await?
+        }
+    };
     trainer.run_async(&mut sink).await?;
     // The files `--out` would hold at this step, which `trainer-cli train --resume` takes.
     match trainer.checkpoint_files() {
@@ -146,6 +161,32 @@ impl Callbacks {
     fn note(&self, text: &str) {
         let _ = self.note.call1(&JsValue::NULL, &JsValue::from_str(text));
     }
+}
+
+/// What errors call a checkpoint the user gave the page.
+const UPLOADED: &str = "the checkpoint you chose";
+
+/// The checkpoint to resume from: `{name, bytes}` objects, the files' names as a run offers
+/// them; `None` when there are none (a new run).
+fn checkpoint_files(files: &js_sys::Array) -> Result<Option<CheckpointFiles>, JsError> {
+    if files.length() == 0 {
+        return Ok(None);
+    }
+    let mut named = Vec::new();
+    for file in files.iter() {
+        let field = |key: &str| js_sys::Reflect::get(&file, &JsValue::from_str(key));
+        let name = field("name")
+            .ok()
+            .and_then(|n| n.as_string())
+            .ok_or_else(|| JsError::new("a file of the checkpoint has no name"))?;
+        let bytes = field("bytes")
+            .ok()
+            .and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok())
+            .ok_or_else(|| JsError::new(&format!("{name}: the page did not read its bytes")))?;
+        named.push((name, bytes.to_vec()));
+    }
+    let files = CheckpointFiles::from_named(named, std::path::Path::new(UPLOADED))?;
+    Ok(Some(files))
 }
 
 /// The page's files as the engine takes them: each `{path, bytes}` copied into the

@@ -4,8 +4,8 @@
 use headroom_core::memory::parse_size;
 use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{Fixed, Planning};
-use headroom_core::train::DatasetSource;
-use headroom_core::{BackendKind, RunLength, TrainConfig};
+use headroom_core::train::{DatasetSource, ResumeChanges};
+use headroom_core::{BackendKind, RunLength, Target, TrainConfig};
 use headroom_datasets::FeatureSettings;
 
 /// Where the page trains.
@@ -92,6 +92,11 @@ pub enum SettingsError {
          folder...\" beside Data), or remove it from the address to train on the built-in dataset"
     )]
     FolderOnly { key: &'static str },
+    #[error(
+        "the checkpoint continues its run, which the address would change: {changes}; remove \
+         them from the address to continue it, or start a new run without the checkpoint"
+    )]
+    ChangesResumedRun { changes: String },
 }
 
 fn known_keys() -> String {
@@ -307,6 +312,83 @@ impl PageSettings {
         Ok(c)
     }
 
+    /// What a run resumed from a checkpoint of `saved` takes from the address, as
+    /// `trainer-cli train --resume` takes its flags: the backend, and `steps` as the run's new
+    /// length. A setting that would make it another run (model, seed, learning rate, patches,
+    /// the effective batch, the built-in dataset's size) is refused where it differs from the
+    /// saved run's, named; one equal to it is fine (the link the run started from).
+    pub fn resume_changes(
+        &self,
+        saved: &TrainConfig,
+        backend: BackendKind,
+    ) -> Result<ResumeChanges, SettingsError> {
+        let mut refused = Vec::new();
+        let mut differs = |key: &str, given: Option<String>, was: String| {
+            if let Some(given) = given
+                && given != was
+            {
+                refused.push(format!("`{key}={given}` (the run has {was})"));
+            }
+        };
+        differs("model", self.model.clone(), saved.model.name.clone());
+        differs(
+            "seed",
+            self.seed.map(|v| v.to_string()),
+            saved.seed.to_string(),
+        );
+        differs("lr", self.lr.map(|v| v.to_string()), saved.lr.to_string());
+        let patches = self.patches.unwrap_or(saved.n_patches);
+        differs(
+            "patches",
+            self.patches.map(|v| v.to_string()),
+            saved.n_patches.to_string(),
+        );
+        if let (Some(batch), Some(accumulation)) = (self.batch, self.accumulation) {
+            differs(
+                "batch x accumulation x patches",
+                Some((batch * accumulation * patches).to_string()),
+                saved.effective_batch().to_string(),
+            );
+        }
+        let built_in = [
+            ("ids", self.ids.map(|v| v as usize)),
+            ("train_clips", self.train_clips),
+            ("test_clips", self.test_clips),
+        ];
+        match &saved.dataset {
+            DatasetSource::Synthetic(synthetic) => {
+                let was = [
+                    synthetic.machine_ids as usize,
+                    synthetic.train_per_id,
+                    synthetic.test_normal_per_id,
+                ];
+                for ((key, given), was) in built_in.into_iter().zip(was) {
+                    differs(key, given.map(|v| v.to_string()), was.to_string());
+                }
+            }
+            DatasetSource::Dcase { root, .. } => {
+                for (key, given) in built_in {
+                    if let Some(given) = given {
+                        refused.push(format!(
+                            "`{key}={given}` (the run reads the recordings in {})",
+                            root.display()
+                        ));
+                    }
+                }
+            }
+        }
+        if !refused.is_empty() {
+            return Err(SettingsError::ChangesResumedRun {
+                changes: refused.join(", "),
+            });
+        }
+        Ok(ResumeChanges {
+            target: Some(Target::from(backend)),
+            length: self.steps.map(RunLength::Steps),
+            ..ResumeChanges::default()
+        })
+    }
+
     /// The planner's request, `None` with plan=0: the effective batch the split describes
     /// (the model's defaults where it is open), every part given kept as a constraint.
     pub fn planning(&self, budget_bytes: u64, defaults: DefaultBatch) -> Option<Planning> {
@@ -423,5 +505,54 @@ mod tests {
             .train_config(BackendKind::Flex, None)
             .unwrap_err();
         assert!(model.contains("resnet"), "{model}");
+    }
+
+    #[test]
+    fn a_resumed_run_takes_the_backend_and_length_and_refuses_what_would_change_it() {
+        let mut saved = PageSettings::parse("steps=4&seed=7&ids=1")
+            .unwrap()
+            .train_config(BackendKind::Flex, None)
+            .unwrap();
+        saved.micro_batch = 2;
+        saved.accumulation = 1;
+        // The link the run started from, with a longer run.
+        let same = PageSettings::parse("steps=10&seed=7&ids=1").unwrap();
+        let changes = same.resume_changes(&saved, BackendKind::Wgpu).unwrap();
+        assert_eq!(changes.length, Some(RunLength::Steps(10)));
+        assert_eq!(changes.target, Some(Target::from(BackendKind::Wgpu)));
+        let quiet = PageSettings::parse("").unwrap();
+        assert_eq!(
+            quiet
+                .resume_changes(&saved, BackendKind::Flex)
+                .unwrap()
+                .length,
+            None
+        );
+        let other = PageSettings::parse("seed=8&ids=2&model=dcase-ae&batch=4&accumulation=1")
+            .unwrap()
+            .resume_changes(&saved, BackendKind::Flex)
+            .unwrap_err()
+            .to_string();
+        for named in [
+            "`seed=8` (the run has 7)",
+            "`ids=2` (the run has 1)",
+            "`model=dcase-ae`",
+        ] {
+            assert!(other.contains(named), "{named}: {other}");
+        }
+        assert!(other.contains("batch x accumulation x patches"), "{other}");
+        let folder = PageSettings::parse("")
+            .unwrap()
+            .train_config(BackendKind::Flex, Some("dev_data"))
+            .unwrap();
+        let built_in = PageSettings::parse("test_clips=3")
+            .unwrap()
+            .resume_changes(&folder, BackendKind::Flex)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            built_in.contains("`test_clips=3` (the run reads the recordings in dev_data)"),
+            "{built_in}"
+        );
     }
 }

@@ -23,6 +23,10 @@ pub enum Action {
     Stop,
     /// Open the browser's folder chooser.
     PickFolder,
+    /// Open the browser's file chooser for a checkpoint's files, to resume from.
+    PickCheckpoint,
+    /// Start the next run afresh, not from the chosen checkpoint.
+    ForgetCheckpoint,
     /// Save one of the run's files.
     Download(String),
 }
@@ -35,6 +39,8 @@ pub struct PageUi {
     /// The budget the user types, as they type it: the address' `budget` until they do.
     budget: String,
     data: String,
+    /// The checkpoint the next Start resumes from, in words; `None`: a new run.
+    checkpoint: Option<String>,
     session: Session,
     /// Between Start and the worker's end (which comes after scoring, past `finished`,
     /// where the session's state says the run is over).
@@ -64,6 +70,7 @@ impl PageUi {
             budget,
             query: query.into(),
             data: BUILT_IN.into(),
+            checkpoint: None,
             session: Session::default(),
             running: false,
             backend: None,
@@ -84,11 +91,18 @@ impl PageUi {
         };
     }
 
+    /// The checkpoint the next Start resumes from, in words ("model.safetensors,
+    /// optimizer.burnpack, state.json (step 40)"); empty: a new run.
+    pub fn set_checkpoint(&mut self, words: &str) {
+        self.checkpoint = (!words.is_empty()).then(|| words.into());
+    }
+
     /// Start was pressed: what the last run showed goes.
     pub fn starting(&mut self) {
         let data = std::mem::take(&mut self.data);
         *self = Self {
             data,
+            checkpoint: self.checkpoint.take(),
             query: std::mem::take(&mut self.query),
             budget: std::mem::take(&mut self.budget),
             scores: self.scores,
@@ -249,6 +263,33 @@ impl PageUi {
                 "or drop one on the page, in the DCASE layout: fan/train/normal_id_00_00000000.wav, \
                  fan/test/anomaly_id_00_00000000.wav (.npy spectrograms too)",
             );
+        });
+        ui.horizontal_wrapped(|ui| {
+            match &self.checkpoint {
+                Some(words) => ui.label(format!("Resume from: {words}.")),
+                None => ui.label("Start: a new run."),
+            };
+            if ui
+                .add_enabled(!self.running, egui::Button::new("Resume from a checkpoint..."))
+                .clicked()
+            {
+                actions.push(Action::PickCheckpoint);
+            }
+            if self.checkpoint.is_some()
+                && ui
+                    .add_enabled(!self.running, egui::Button::new("New run instead"))
+                    .clicked()
+            {
+                actions.push(Action::ForgetCheckpoint);
+            }
+            if self.checkpoint.is_some() {
+                ui.label(
+                    "(the run's model, data and settings are the checkpoint's; steps= is its \
+                     new length; pick its data folder again if it trained on yours)",
+                );
+            } else {
+                ui.label("(the three files a run offers: model.safetensors, optimizer.burnpack, state.json)");
+            }
         });
     }
 
@@ -581,6 +622,57 @@ mod tests {
         frame(&mut page, &ctx, vec![egui::Event::PointerMoved(at)]);
         let (_, actions) = frame(&mut page, &ctx, vec![press(true), press(false)]);
         assert_eq!(actions, vec![Action::Start(String::new())]);
+    }
+
+    /// A click at the middle of the painted `label`; what the user asked for.
+    fn click(page: &mut PageUi, ctx: &egui::Context, label: &str) -> Vec<Action> {
+        let (painted, _) = frame(page, ctx, vec![]);
+        let Some(button) = painted.iter().find(|p| p.text == label) else {
+            panic!("no {label} in {}", texts(&painted));
+        };
+        let at = egui::pos2(button.x + button.w / 2.0, button.y + button.h / 2.0);
+        let press = |pressed| egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: Default::default(),
+        };
+        frame(page, ctx, vec![egui::Event::PointerMoved(at)]);
+        frame(page, ctx, vec![press(true), press(false)]).1
+    }
+
+    #[test]
+    fn a_chosen_checkpoint_is_said_until_a_new_run_is_asked_for() {
+        let ctx = egui::Context::default();
+        let mut page = PageUi::new("");
+        frame(&mut page, &ctx, vec![]);
+        assert_eq!(
+            click(&mut page, &ctx, "Resume from a checkpoint..."),
+            vec![Action::PickCheckpoint]
+        );
+        page.set_checkpoint("model.safetensors, optimizer.burnpack, state.json (step 2)");
+        // A run keeps it: Start again resumes from it again.
+        page.starting();
+        page.ended();
+        let (painted, _) = frame(&mut page, &ctx, vec![]);
+        let shown = texts(&painted);
+        assert!(
+            shown.contains(
+                "Resume from: model.safetensors, optimizer.burnpack, state.json (step 2)."
+            ),
+            "{shown}"
+        );
+        assert_eq!(
+            click(&mut page, &ctx, "New run instead"),
+            vec![Action::ForgetCheckpoint]
+        );
+        page.set_checkpoint("");
+        let (painted, _) = frame(&mut page, &ctx, vec![]);
+        let shown = texts(&painted);
+        assert!(
+            shown.contains("Start: a new run.") && !shown.contains("New run instead"),
+            "{shown}"
+        );
     }
 
     #[test]

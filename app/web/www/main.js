@@ -15,6 +15,8 @@ let view = null;
 // The user's folder, picked or dropped: {path, file} with the path from the folder's name
 // down; empty for the built-in dataset.
 let picked = [];
+// The checkpoint to resume from: the files the user chose, {name, file}; empty for a new run.
+let resumeFrom = [];
 
 // An error before the window exists (no WebGL, say) shows in the page's own text.
 function fail(message) {
@@ -33,6 +35,28 @@ function choose(found, how) {
     ? `${picked.length} .wav/.npy files ${how} (${folders.join(", ")})`
     : `no .wav or .npy files ${how}: the built-in dataset`);
 }
+
+// A checkpoint's three files, as a run offers them; the engine checks them and names a
+// missing one.
+const checkpointFiles = ["model.safetensors", "optimizer.burnpack", "state.json"];
+
+$("checkpoint").onchange = async (e) => {
+  resumeFrom = [...e.target.files].filter((f) => checkpointFiles.includes(f.name))
+    .map((file) => ({ name: file.name, file }));
+  e.target.value = "";
+  if (!resumeFrom.length) {
+    fail("none of the chosen files is a checkpoint's (" + checkpointFiles.join(", ") + ")");
+    return;
+  }
+  let step = "";
+  const state = resumeFrom.find((f) => f.name === "state.json");
+  try {
+    if (state) step = ` (step ${JSON.parse(await state.file.text()).step})`;
+  } catch (error) {
+    step = " (its state.json is not readable: " + error + ")";
+  }
+  view.checkpoint(resumeFrom.map((f) => f.name).join(", ") + step);
+};
 
 $("folder").onchange = (e) =>
   choose([...e.target.files].map((file) => ({ path: file.webkitRelativePath || file.name, file })), "picked");
@@ -100,10 +124,15 @@ function handle(line) {
   }
 }
 
-// The picked files' bytes, handed to the worker without a copy.
+// The picked files' bytes, and the checkpoint's, handed to the worker without a copy.
 async function readPicked() {
   return Promise.all(picked.map(async ({ path, file }) =>
     ({ path, bytes: new Uint8Array(await file.arrayBuffer()) })));
+}
+
+async function readCheckpoint() {
+  return Promise.all(resumeFrom.map(async ({ name, file }) =>
+    ({ name, bytes: new Uint8Array(await file.arrayBuffer()) })));
 }
 
 // `settings`: the run's, as an address' query.
@@ -130,14 +159,16 @@ async function start(settings) {
     }
   };
   worker.onerror = (e) => fail("the worker stopped: " + (e.message || "see the console"));
-  let contents;
+  let contents, checkpoint;
   try {
     contents = await readPicked();
+    checkpoint = await readCheckpoint();
   } catch (error) {
-    fail("cannot read the picked files: " + error);
+    fail("cannot read the chosen files: " + error);
     return;
   }
-  worker.postMessage({ query: settings, files: contents }, contents.map((f) => f.bytes.buffer));
+  worker.postMessage({ query: settings, files: contents, checkpoint },
+    [...contents, ...checkpoint].map((f) => f.bytes.buffer));
 }
 
 // What the user asks for in the window. Pause and Stop take effect at the next step
@@ -148,6 +179,8 @@ function act(what, value) {
     case "pause": worker.postMessage({ pause: value }); break;
     case "stop": worker.postMessage({ stop: true }); break;
     case "pick": $("folder").click(); break;
+    case "pick-checkpoint": $("checkpoint").click(); break;
+    case "forget-checkpoint": resumeFrom = []; view.checkpoint(""); break;
     case "download": download(value); break;
   }
 }

@@ -14,7 +14,7 @@ onmessage = async ({ data }) => {
     const page = new Callbacks((line) => postMessage({ line }),
       (name, contents) => postMessage({ file: { name, contents } }),
       (text) => postMessage({ note: text }));
-    await train(data.query, webgpu, data.files || [], page);
+    await train(data.query, webgpu, data.files || [], data.checkpoint || [], page);
     postMessage({ done: true });
   } catch (e) {
     postMessage({ error: e instanceof Error ? e.message : String(e) });

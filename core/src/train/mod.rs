@@ -458,7 +458,19 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         changes: &ResumeChanges,
         options: RunOptions,
     ) -> Result<Self, TrainError> {
-        let mut config = checkpoint::read_state(path)?.config;
+        let (files, dir) = CheckpointFiles::read(path)?;
+        Self::resume_files_async(files, &dir, changes, options).await
+    }
+
+    /// [`ModelTrainer::resume_async`] from a checkpoint's files already in memory (a page's
+    /// upload); `name` is what errors call the checkpoint.
+    pub async fn resume_files_async(
+        files: CheckpointFiles,
+        name: &std::path::Path,
+        changes: &ResumeChanges,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
+        let mut config = files.state(name)?.config;
         let model_config: M::Config = config.model.config()?;
         changes.apply(&mut config);
         let mut data = dataset::open(&config, &options.loader)?;
@@ -469,7 +481,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let resident = data.store.is_resident();
         let planned = replan_resumed(&mut config, &model_config, &options, resident).await?;
         let device = config.target().training_device(config.checkpointing)?;
-        let loaded = checkpoint::load::<M::Config>(path, &device)?;
+        let loaded = files.decode::<M::Config>(name, &device)?;
         let start = Start {
             device,
             model: loaded.model,
@@ -1263,6 +1275,36 @@ impl Trainer {
         }
         let spec = checkpoint::read_state(path)?.config.model;
         with_model(&spec, Resume(path, changes, options))?.await
+    }
+
+    /// Continues the run whose checkpoint files are in memory (see
+    /// [`ModelTrainer::resume_files_async`]); `name` is what errors call the checkpoint.
+    pub async fn resume_files_async(
+        files: CheckpointFiles,
+        name: &std::path::Path,
+        changes: &ResumeChanges,
+        options: RunOptions,
+    ) -> Result<Self, TrainError> {
+        struct Resume<'a>(
+            CheckpointFiles,
+            &'a std::path::Path,
+            &'a ResumeChanges,
+            RunOptions,
+        );
+        impl<'a> WithModel for Resume<'a> {
+            type Output = LocalFuture<'a, Result<Trainer, TrainError>>;
+            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+                Box::pin(async move {
+                    let Resume(files, name, changes, options) = self;
+                    let trainer =
+                        ModelTrainer::<C::Model>::resume_files_async(files, name, changes, options)
+                            .await?;
+                    Ok(Trainer(Box::new(trainer)))
+                })
+            }
+        }
+        let spec = files.state(name)?.config.model;
+        with_model(&spec, Resume(files, name, changes, options))?.await
     }
 }
 
