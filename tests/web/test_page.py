@@ -228,8 +228,9 @@ def test_cpu_pause_resume_and_stop(base: str):
         csv = page_file(browser, "losses.csv").decode()
         header, *rows = csv.splitlines()
         assert header.startswith("step,loss,"), header
-        assert [(int(r.split(",")[0]), float(r.split(",")[1])) for r in rows] == \
-            [(s["step"], s["loss"]) for s in done], csv[:300]
+        in_csv = [(int(r.split(",")[0]), float(r.split(",")[1])) for r in rows]
+        assert in_csv == [(s["step"], s["loss"]) for s in done], \
+            [(a, b) for a, b in zip(in_csv, [(s["step"], s["loss"]) for s in done]) if a != b][:3]
     finally:
         browser.close()
     print(f"cpu pause/resume/stop: paused at step {paused_at}, stopped at {finished['step']}, "

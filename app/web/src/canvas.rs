@@ -106,6 +106,11 @@ impl PageWindow {
         self.change(PageUi::ended);
     }
 
+    /// `losses.csv` of the run shown, a row per step; `undefined` before its first step.
+    pub fn losses_csv(&self) -> Option<String> {
+        self.shared.borrow().page.losses_csv()
+    }
+
     pub fn running(&self) -> bool {
         self.shared.borrow().page.is_running()
     }

@@ -175,6 +175,28 @@ impl PageUi {
         self.running
     }
 
+    /// `losses.csv`: a row per step the window has shown (step, loss, patches/s, memory in
+    /// use and the step's peak, in bytes); `None` before the first step.
+    pub fn losses_csv(&self) -> Option<String> {
+        let session = &self.session;
+        if session.loss.is_empty() {
+            return None;
+        }
+        let mut csv = String::from("step,loss,patches_per_s,mem_allocated_bytes,mem_peak_bytes\n");
+        let rows = session
+            .loss
+            .iter()
+            .zip(&session.throughput)
+            .zip(&session.memory);
+        for ((&[step, loss], &[_, speed]), memory) in rows {
+            csv += &format!(
+                "{step},{loss},{speed},{},{}\n",
+                memory.allocated, memory.peak
+            );
+        }
+        Some(csv)
+    }
+
     /// The status line: what the run is doing now.
     pub fn status(&self) -> String {
         let session = &self.session;
@@ -595,6 +617,22 @@ mod tests {
         assert!(
             error.contains("budget") && error.contains("lots"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn losses_csv_has_a_row_per_step_shown() {
+        let mut page = PageUi::new("");
+        assert_eq!(page.losses_csv(), None);
+        page.starting();
+        for line in run_lines() {
+            page.event_line(&line).unwrap();
+        }
+        assert_eq!(
+            page.losses_csv().unwrap(),
+            "step,loss,patches_per_s,mem_allocated_bytes,mem_peak_bytes\n\
+             1,0.9,120,41943040,104857600\n\
+             2,0.7,120,41943040,104857600\n"
         );
     }
 

@@ -6,8 +6,6 @@ import init, { PageWindow } from "./pkg/headroom_web.js";
 
 const query = location.search;
 const $ = (id) => document.getElementById(id);
-// One row per step (step, loss, patches/s, memory in use, peak): losses.csv.
-const rows = [];
 // The run's files, by name: their object URLs.
 const files = new Map();
 let worker = null;
@@ -107,20 +105,13 @@ function download(name) {
   link.click();
 }
 
-function offerLosses() {
-  if (!rows.length) return;
-  const header = "step,loss,patches_per_s,mem_allocated_bytes,mem_peak_bytes\n";
-  offer("losses.csv", header + rows.map((r) => r.join(",")).join("\n") + "\n");
-}
-
 function handle(line) {
   console.log(line);
   view.event(line);
-  const body = JSON.parse(line);
-  if (body.event === "step") {
-    rows.push([body.step, body.loss, body.patches_per_s, body.mem_allocated_bytes, body.mem_peak_bytes]);
-  } else if (body.event === "finished") {
-    offerLosses();
+  // The window keeps every step it showed: losses.csv is its table.
+  if (JSON.parse(line).event === "finished") {
+    const csv = view.losses_csv();
+    if (csv) offer("losses.csv", csv);
   }
 }
 
@@ -137,7 +128,6 @@ async function readCheckpoint() {
 
 // `settings`: the run's, as an address' query.
 async function start(settings) {
-  rows.length = 0;
   for (const url of files.values()) URL.revokeObjectURL(url);
   files.clear();
   view.starting();
