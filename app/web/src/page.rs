@@ -172,19 +172,10 @@ fn checkpoint_files(files: &js_sys::Array) -> Result<Option<CheckpointFiles>, Js
     if files.length() == 0 {
         return Ok(None);
     }
-    let mut named = Vec::new();
-    for file in files.iter() {
-        let field = |key: &str| js_sys::Reflect::get(&file, &JsValue::from_str(key));
-        let name = field("name")
-            .ok()
-            .and_then(|n| n.as_string())
-            .ok_or_else(|| JsError::new("a file of the checkpoint has no name"))?;
-        let bytes = field("bytes")
-            .ok()
-            .and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok())
-            .ok_or_else(|| JsError::new(&format!("{name}: the page did not read its bytes")))?;
-        named.push((name, bytes.to_vec()));
-    }
+    let named = files
+        .iter()
+        .map(|file| keyed_bytes(&file, "name"))
+        .collect::<Result<Vec<_>, _>>()?;
     let files = CheckpointFiles::from_named(named, std::path::Path::new(UPLOADED))?;
     Ok(Some(files))
 }
@@ -195,21 +186,28 @@ fn loaded_files(files: &js_sys::Array) -> Result<Vec<LoadedFile>, JsError> {
     files
         .iter()
         .map(|file| {
-            let field = |name: &str| js_sys::Reflect::get(&file, &JsValue::from_str(name));
-            let path = field("path")
-                .ok()
-                .and_then(|p| p.as_string())
-                .ok_or_else(|| JsError::new("a picked file has no path"))?;
-            let bytes = field("bytes")
-                .ok()
-                .and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok())
-                .ok_or_else(|| JsError::new(&format!("{path}: the page did not read its bytes")))?;
+            let (path, bytes) = keyed_bytes(&file, "path")?;
             Ok(LoadedFile {
                 path: path.into(),
-                bytes: bytes.to_vec().into(),
+                bytes: bytes.into(),
             })
         })
         .collect()
+}
+
+/// One `{<key>, bytes}` object the page sends (a file's name or path, a Uint8Array): the
+/// key's text, and the bytes copied into the WebAssembly memory.
+fn keyed_bytes(file: &JsValue, key: &str) -> Result<(String, Vec<u8>), JsError> {
+    let field = |name: &str| js_sys::Reflect::get(file, &JsValue::from_str(name));
+    let named = field(key)
+        .ok()
+        .and_then(|n| n.as_string())
+        .ok_or_else(|| JsError::new(&format!("a file the page sent has no {key}")))?;
+    let bytes = field("bytes")
+        .ok()
+        .and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok())
+        .ok_or_else(|| JsError::new(&format!("{named}: the page did not read its bytes")))?;
+    Ok((named, bytes.to_vec()))
 }
 
 /// The backend the page trains on, and why, as `--backend auto` explains its choice; a

@@ -648,18 +648,10 @@ mod tests {
         let ctx = egui::Context::default();
         let mut page = PageUi::new("");
         frame(&mut page, &ctx, vec![]);
-        let (painted, _) = frame(&mut page, &ctx, vec![]);
-        let start = painted.iter().find(|p| p.text == "Start").expect("Start");
-        let at = egui::pos2(start.x + start.w / 2.0, start.y + start.h / 2.0);
-        let press = |pressed| egui::Event::PointerButton {
-            pos: at,
-            button: egui::PointerButton::Primary,
-            pressed,
-            modifiers: Default::default(),
-        };
-        frame(&mut page, &ctx, vec![egui::Event::PointerMoved(at)]);
-        let (_, actions) = frame(&mut page, &ctx, vec![press(true), press(false)]);
-        assert_eq!(actions, vec![Action::Start(String::new())]);
+        assert_eq!(
+            click(&mut page, &ctx, "Start"),
+            vec![Action::Start(String::new())]
+        );
     }
 
     /// A click at the middle of the painted `label`; what the user asked for.
