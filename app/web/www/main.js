@@ -43,6 +43,7 @@ $("checkpoint").onchange = async (e) => {
     .map((file) => ({ name: file.name, file }));
   e.target.value = "";
   if (!resumeFrom.length) {
+    view.checkpoint("");
     fail("none of the chosen files is a checkpoint's (" + checkpointFiles.join(", ") + ")");
     return;
   }
