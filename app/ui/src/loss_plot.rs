@@ -319,26 +319,19 @@ mod tests {
                 .all(|m| m.step_size / per_px >= TICK_SPACING_PX)
         );
 
-        // Four decades (100 down to 0.01) over 130 pixels: every decade, labelled.
-        let log = log_marks(GridInput {
-            bounds: (-2.0, 2.0),
-            base_step_size: 4.0 / 130.0 * GRID_SPACING_MIN_PX,
-        });
-        let labels: Vec<String> = log
+        // The labelled log ticks between two powers of ten over 130 pixels.
+        let log_labels = |low: f64, high: f64| -> Vec<String> {
+            log_marks(GridInput {
+                bounds: (low, high),
+                base_step_size: (high - low) / 130.0 * GRID_SPACING_MIN_PX,
+            })
             .iter()
-            .map(|m| log_tick_label(*m, &(-2.0..=2.0)))
-            .collect();
-        assert_eq!(labels, ["0.01", "0.1", "1", "10", "100"]);
-
-        // One decade over 130 pixels: 2 and 5 between.
-        let log = log_marks(GridInput {
-            bounds: (-1.0, 0.0),
-            base_step_size: 1.0 / 130.0 * GRID_SPACING_MIN_PX,
-        });
-        let labels: Vec<String> = log
-            .iter()
-            .map(|m| log_tick_label(*m, &(-1.0..=0.0)))
-            .collect();
-        assert_eq!(labels, ["0.1", "0.2", "0.5", "1"]);
+            .map(|m| log_tick_label(*m, &(low..=high)))
+            .collect()
+        };
+        // Four decades (100 down to 0.01): every decade, labelled.
+        assert_eq!(log_labels(-2.0, 2.0), ["0.01", "0.1", "1", "10", "100"]);
+        // One decade: 2 and 5 between.
+        assert_eq!(log_labels(-1.0, 0.0), ["0.1", "0.2", "0.5", "1"]);
     }
 }

@@ -297,14 +297,13 @@ impl PageUi {
             {
                 actions.push(Action::PickCheckpoint);
             }
-            if self.checkpoint.is_some()
-                && ui
+            if self.checkpoint.is_some() {
+                if ui
                     .add_enabled(!self.running, egui::Button::new("New run instead"))
                     .clicked()
-            {
-                actions.push(Action::ForgetCheckpoint);
-            }
-            if self.checkpoint.is_some() {
+                {
+                    actions.push(Action::ForgetCheckpoint);
+                }
                 ui.label(
                     "(the run's model, data and settings are the checkpoint's; steps= is its \
                      new length; pick its data folder again if it trained on yours)",

@@ -1262,19 +1262,8 @@ impl Trainer {
         changes: &ResumeChanges,
         options: RunOptions,
     ) -> Result<Self, TrainError> {
-        struct Resume<'a>(&'a std::path::Path, &'a ResumeChanges, RunOptions);
-        impl<'a> WithModel for Resume<'a> {
-            type Output = LocalFuture<'a, Result<Trainer, TrainError>>;
-            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
-                Box::pin(async move {
-                    let trainer =
-                        ModelTrainer::<C::Model>::resume_async(self.0, self.1, self.2).await?;
-                    Ok(Trainer(Box::new(trainer)))
-                })
-            }
-        }
-        let spec = checkpoint::read_state(path)?.config.model;
-        with_model(&spec, Resume(path, changes, options))?.await
+        let (files, dir) = CheckpointFiles::read(path)?;
+        Self::resume_files_async(files, &dir, changes, options).await
     }
 
     /// Continues the run whose checkpoint files are in memory (see
