@@ -1,44 +1,8 @@
-//! A clip: one log-mel spectrogram with the metadata anomaly detection needs.
+//! A clip as a dataset's index holds it: where its spectrogram comes from and the metadata
+//! anomaly detection needs, without its data.
 
-use serde::{Deserialize, Serialize};
-
-/// A log-mel spectrogram stored mel-major: `data[mel * frames + frame]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spectrogram {
-    pub n_mels: usize,
-    pub frames: usize,
-    pub data: Vec<f32>,
-}
-
-impl Spectrogram {
-    pub fn zeros(n_mels: usize, frames: usize) -> Self {
-        Self {
-            n_mels,
-            frames,
-            data: vec![0.0; n_mels * frames],
-        }
-    }
-
-    pub fn at(&self, mel: usize, frame: usize) -> f32 {
-        self.data[mel * self.frames + frame]
-    }
-}
-
-/// Which part of a dataset a clip belongs to; ordered as a scan lists them, train first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    Train,
-    Test,
-}
-
-/// Ground truth of a clip, when the dataset has it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Label {
-    Normal,
-    Anomaly,
-}
+use crate::clip_key::ClipKey;
+use crate::label::{Label, Split};
 
 /// A file handed over as bytes rather than found on disk: what a web page has of the files
 /// its user picks or drops (a page cannot open paths).
@@ -62,7 +26,7 @@ pub enum Origin {
     /// Precomputed features handed over as bytes.
     NpyBytes(LoadedFile),
     /// A clip of the built-in synthetic dataset, synthesised when read.
-    Synthetic(crate::synthetic::ClipKey),
+    Synthetic(ClipKey),
 }
 
 impl Origin {

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::clip::{ClipInfo, Label, LoadedFile, Origin, Split};
+use crate::clip::{ClipInfo, LoadedFile, Origin};
 use crate::error::{FileError, FileProblem};
+use crate::label::{Label, Split};
 
 /// The machine types of the challenge; other folder names are accepted too.
 pub const MACHINE_TYPES: [&str; 6] = ["ToyCar", "ToyConveyor", "fan", "pump", "slider", "valve"];

@@ -5,21 +5,26 @@
 
 pub mod audio;
 pub mod clip;
+pub mod clip_key;
 pub mod dcase;
 pub mod error;
+pub mod label;
 pub mod logmel;
 pub mod npy;
 pub mod patch;
 pub mod prefetch;
 pub mod reader;
+pub mod spectrogram;
 pub mod store;
 pub mod synthetic;
 
-pub use clip::{ClipInfo, Label, LoadedFile, Origin, Spectrogram, Split};
+pub use clip::{ClipInfo, LoadedFile, Origin};
 pub use error::{FileError, FileProblem};
+pub use label::{Label, Split};
 pub use logmel::{LogMel, LogMelConfig};
 pub use patch::{PATCH_SIZE, PatchError, PatchPlacement, PatchShape, PatchSpec};
 pub use prefetch::Prefetch;
 pub use reader::{ClipReader, FeatureCache, FeatureSettings};
+pub use spectrogram::Spectrogram;
 pub use store::ClipStore;
 pub use synthetic::{AnomalyKind, SyntheticConfig, SyntheticDataset};

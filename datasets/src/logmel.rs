@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use realfft::{RealFftPlanner, RealToComplex};
 
-use crate::clip::Spectrogram;
+use crate::spectrogram::Spectrogram;
 
 /// `sys.float_info.epsilon`, the floor the baseline adds before the log.
 const LOG_EPS: f64 = f64::EPSILON;

@@ -11,8 +11,8 @@ use std::path::Path;
 
 use half::f16;
 
-use crate::clip::Spectrogram;
 use crate::error::{FileError, FileProblem, check_finite, write_atomically};
+use crate::spectrogram::Spectrogram;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 

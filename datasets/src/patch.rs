@@ -6,7 +6,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::clip::Spectrogram;
+use crate::spectrogram::Spectrogram;
 
 /// The default model's patches are `PATCH_SIZE` mel bands by `PATCH_SIZE` frames.
 pub const PATCH_SIZE: usize = 64;

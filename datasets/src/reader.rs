@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::audio::{Audio, decode_wav, read_wav, resample};
-use crate::clip::{ClipInfo, Origin, Spectrogram};
+use crate::clip::{ClipInfo, Origin};
 use crate::error::{FileError, FileProblem};
 use crate::logmel::{LogMel, LogMelConfig};
 use crate::npy::{decode_npy, read_npy, write_npy};
+use crate::spectrogram::Spectrogram;
 use crate::synthetic::{SyntheticConfig, waveform};
 
 /// How recordings become features; part of a run's identity (saved in checkpoints).
@@ -189,7 +190,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use crate::audio::{Audio, write_wav};
-    use crate::clip::{Label, Split};
+    use crate::label::{Label, Split};
 
     fn wav_clip(path: &Path) -> ClipInfo {
         ClipInfo {

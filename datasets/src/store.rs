@@ -4,9 +4,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::clip::{ClipInfo, Spectrogram};
+use crate::clip::ClipInfo;
 use crate::error::FileError;
 use crate::reader::ClipReader;
+use crate::spectrogram::Spectrogram;
 
 pub struct ClipStore {
     clips: Vec<ClipInfo>,

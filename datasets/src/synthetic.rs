@@ -18,7 +18,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::clip::{ClipInfo, Label, Origin, Split};
+use crate::clip::{ClipInfo, Origin};
+pub use crate::clip_key::{AnomalyKind, ClipKey};
+use crate::label::Split;
 use crate::logmel::LogMelConfig;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,22 +50,6 @@ impl Default for SyntheticConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AnomalyKind {
-    Clicks,
-    ShiftedHarmonic,
-    MissingHarmonic,
-}
-
-impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 3] = [
-        AnomalyKind::Clicks,
-        AnomalyKind::ShiftedHarmonic,
-        AnomalyKind::MissingHarmonic,
-    ];
-}
-
 /// The sound of one machine ID: what every normal clip of that ID shares.
 #[derive(Debug, Clone)]
 struct Machine {
@@ -88,34 +74,6 @@ impl Machine {
             noise: rng.random_range(0.004..0.008),
             drift_depth: rng.random_range(0.004..0.012),
         }
-    }
-}
-
-/// One clip's place in the dataset, which fixes its random stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClipKey {
-    pub split: Split,
-    pub machine_id: u32,
-    pub index: usize,
-    pub anomaly: Option<AnomalyKind>,
-}
-
-impl ClipKey {
-    pub fn label(&self) -> Label {
-        if self.anomaly.is_some() {
-            Label::Anomaly
-        } else {
-            Label::Normal
-        }
-    }
-
-    /// DCASE-style file stem: `normal_id_00_00000003`.
-    pub fn name(&self) -> String {
-        let kind = match self.label() {
-            Label::Normal => "normal",
-            Label::Anomaly => "anomaly",
-        };
-        format!("{kind}_id_{:02}_{:08}", self.machine_id, self.index)
     }
 }
 
@@ -336,8 +294,9 @@ fn mix(seed: u64, parts: &[u64]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clip::Spectrogram;
+    use crate::label::Label;
     use crate::logmel::LogMel;
+    use crate::spectrogram::Spectrogram;
 
     fn small() -> SyntheticConfig {
         SyntheticConfig {

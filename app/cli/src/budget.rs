@@ -7,7 +7,8 @@ use headroom_core::BackendKind;
 use headroom_core::budget_source::{BudgetError, BudgetSource, ResolvedBudget};
 use headroom_core::memory::parse_size;
 use headroom_core::plan::devices;
-use headroom_core::probe::{self, DeviceReport};
+use headroom_core::probe::gpus::ProbeSettings;
+use headroom_core::probe::{self, DeviceReport, isolate};
 
 use crate::args::MemoryArgs;
 
@@ -35,10 +36,7 @@ pub fn resolve(
             Some(&probed)
         }
         (BudgetSource::FreeMemory, _) => {
-            let report = crate::probe::machine(
-                std::time::Duration::from_secs(20),
-                crate::probe::AUTO_SETTINGS,
-            );
+            let report = isolate::probe_machine(isolate::TIMEOUT, ProbeSettings::AUTO);
             probed = report
                 .devices
                 .into_iter()

@@ -9,6 +9,7 @@ mod models;
 mod plan;
 mod probe;
 mod render;
+mod request;
 mod resume;
 mod train;
 
@@ -18,6 +19,7 @@ use anyhow::Result;
 use clap::Parser;
 use headroom_core::BackendKind;
 use headroom_core::memory::alloc::CountingAllocator;
+use headroom_core::probe::isolate;
 
 // Host-memory figures on CPU backends come from counting every allocation.
 #[global_allocator]
@@ -37,6 +39,11 @@ fn main() -> ExitCode {
 
 fn run() -> Result<()> {
     headroom_core::memory::alloc::keep_freed_memory();
+    // The GPU half of a probe, run by this binary in a child process so that a driver fault
+    // cannot take the caller down.
+    if let Some(settings) = isolate::child_settings(std::env::args().skip(1)) {
+        return Ok(isolate::answer(settings)?);
+    }
     // burn materialises loaded optimizer state on `Device::default()`, which in a build with
     // wgpu is a GPU adapter: resuming a CPU run would start a graphics driver just to move
     // the state back. BURN_DEVICE pins that default to the CPU unless the user set it.
@@ -63,7 +70,6 @@ fn run() -> Result<()> {
         args::Command::Bench(a) => bench::run(a),
         args::Command::Plan(a) => plan::run(*a),
         args::Command::Probe(a) => probe::run(a),
-        args::Command::ProbeGpusChild(a) => probe::child(a),
         args::Command::Synth(a) => datasets::synth(a),
         args::Command::Features(a) => datasets::features(a),
         args::Command::Eval(a) => datasets::eval(*a),

@@ -7,7 +7,7 @@ use headroom_core::events::Event;
 use headroom_core::memory::human as gib;
 use headroom_core::memory::{MemoryMeter, parse_size};
 use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig, WithModel, with_default};
-use headroom_core::plan::{self, Breakdown, Calibration, Plan, devices};
+use headroom_core::plan::{self, Calibration, Plan, devices};
 use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
 use headroom_core::{Target, TrainConfig};
@@ -63,7 +63,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         return verify(spec, args.json, target, &model);
     }
     let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
-    let planning = crate::train::planning(
+    let planning = crate::request::planning(
         &args.memory,
         &args.split,
         budget.bytes,
@@ -81,7 +81,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         let mut config = TrainConfig {
             backend: target.backend,
             device: target.device,
-            dataset: crate::train::dataset_source(
+            dataset: crate::request::dataset_source(
                 &args.data,
                 args.machine_ids,
                 args.train_clips_per_id,
@@ -128,7 +128,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         p.precision,
         if p.checkpointing { "on" } else { "off" },
     );
-    println!("{}", describe_breakdown(&prepared.breakdown));
+    println!("{}", crate::render::describe_breakdown(&prepared.breakdown));
     println!(
         "Predicted peak {} of {}, {:.0} patches/s",
         gib(prepared.plan.predicted_peak_bytes),
@@ -219,20 +219,6 @@ fn gpu_calibration<C: ModelConfig>(
     }
 }
 
-pub fn describe_breakdown(b: &Breakdown) -> String {
-    format!(
-        "Memory: parameters {} | gradients {} | optimizer {} | activations {} | data {} | overhead {} | resident {} | free {}",
-        mib(b.parameters),
-        mib(b.gradients),
-        mib(b.optimizer),
-        mib(b.activations),
-        mib(b.data),
-        mib(b.overhead),
-        mib(b.resident),
-        mib(b.free),
-    )
-}
-
 /// One row of the what-if table.
 #[derive(serde::Serialize)]
 struct Row {
@@ -257,7 +243,7 @@ fn what_if<C: ModelConfig>(
     let backend = target.backend;
     let calibration: Calibration = calibrate_for_large_plans(target, model)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
-    let planning = crate::train::planning(&args.memory, &args.split, 0, model.default_batch())?;
+    let planning = crate::request::planning(&args.memory, &args.split, 0, model.default_batch())?;
     let cpu = headroom_core::probe::cpu::probe()
         .into_iter()
         .find(|d| d.backend.is_host())

@@ -1,53 +1,11 @@
 //! `trainer-cli probe`: the devices Headroom could train on, and the auto choice.
 
-use std::time::Duration;
-
 use anyhow::Result;
 use headroom_core::choose::choose;
-use headroom_core::probe::{self, DeviceReport, MachineReport, isolate::ChildProbe};
-
-use crate::args::{ChildArgs, ProbeArgs};
 use headroom_core::probe::gpus::ProbeSettings;
+use headroom_core::probe::{self, DeviceReport, isolate};
 
-/// The hidden subcommand the child process runs.
-pub const CHILD_COMMAND: &str = "__probe-gpus";
-
-/// What `--backend auto` probes with: an allocation probe of at most 1 GiB where a GPU's
-/// free memory is otherwise unknown, never on CPU-type adapters (auto never picks them).
-pub const AUTO_SETTINGS: ProbeSettings = ProbeSettings {
-    allocation_cap: Some(1 << 30),
-    software_adapters: false,
-};
-
-/// Probes the machine, GPUs in a child process of this same binary.
-pub fn machine(timeout: Duration, settings: ProbeSettings) -> MachineReport {
-    let mut args = vec![CHILD_COMMAND.to_string()];
-    if let Some(cap) = settings.allocation_cap {
-        args.extend(["--allocation-cap".to_string(), cap.to_string()]);
-    }
-    if settings.software_adapters {
-        args.push("--software-adapters".to_string());
-    }
-    let child = std::env::current_exe().ok().map(|program| ChildProbe {
-        program,
-        args,
-        timeout,
-    });
-    probe::probe_machine(child.as_ref(), settings)
-}
-
-/// The child's side: probe GPUs here and print the report as JSON.
-pub fn child(args: ChildArgs) -> Result<()> {
-    let settings = ProbeSettings {
-        allocation_cap: args.allocation_cap,
-        software_adapters: args.software_adapters,
-    };
-    println!(
-        "{}",
-        serde_json::to_string(&probe::gpus::probe_here(settings))?
-    );
-    Ok(())
-}
+use crate::args::ProbeArgs;
 
 pub fn run(args: ProbeArgs) -> Result<()> {
     let allocation_cap = if args.no_allocation_probe {
@@ -59,7 +17,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         allocation_cap,
         software_adapters: true,
     };
-    let report = machine(Duration::from_secs_f64(args.timeout), settings);
+    let report = isolate::probe_machine(std::time::Duration::from_secs_f64(args.timeout), settings);
     let choice = choose(&report);
     if args.json {
         let out = serde_json::json!({

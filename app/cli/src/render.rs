@@ -5,6 +5,7 @@ use std::time::Duration;
 use headroom_core::events::{
     DatasetReport, DryRunReport, EvaluationReport, Event, RecoveryReport, RunInfo,
 };
+use headroom_core::plan::Breakdown;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub fn mib(bytes: u64) -> String {
@@ -77,7 +78,7 @@ impl ProgressRenderer {
             Event::DryRun(d) => self.say(describe_dry_run(d)),
             Event::Plan(p) => {
                 self.say(format!("Plan: {}", p.plan.reason));
-                self.say(crate::plan::describe_breakdown(&p.breakdown));
+                self.say(describe_breakdown(&p.breakdown));
             }
             Event::Recovery(r) => self.say(describe_recovery(r)),
             Event::Dataset(d) => {
@@ -323,4 +324,19 @@ fn describe_dataset(d: &DatasetReport) -> String {
         ));
     }
     line
+}
+
+/// The plan's memory breakdown in one line.
+pub fn describe_breakdown(b: &Breakdown) -> String {
+    format!(
+        "Memory: parameters {} | gradients {} | optimizer {} | activations {} | data {} | overhead {} | resident {} | free {}",
+        mib(b.parameters),
+        mib(b.gradients),
+        mib(b.optimizer),
+        mib(b.activations),
+        mib(b.data),
+        mib(b.overhead),
+        mib(b.resident),
+        mib(b.free),
+    )
 }

@@ -5,54 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use headroom_core::events::Event;
 use headroom_core::memory::Budget;
-use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
-use headroom_core::plan::{Fixed, Planning};
-use headroom_core::train::DatasetSource;
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
 
-use crate::args::{Backend, DataArgs, MemoryArgs, Resolved, SplitArgs, TrainArgs};
+use crate::args::{Backend, Resolved, TrainArgs};
 use crate::render::ProgressRenderer;
-
-/// The planner's request: the effective batch the flags describe (or `--effective-batch`),
-/// and every flag the user set as a constraint.
-/// `defaults` is the model's step where the flags leave it open.
-pub fn planning(
-    memory: &MemoryArgs,
-    split: &SplitArgs,
-    budget_bytes: u64,
-    defaults: DefaultBatch,
-) -> Result<Planning> {
-    let SplitArgs {
-        batch_size: micro_batch,
-        n_patches,
-        gradient_accumulation_steps: accumulation,
-    } = *split;
-    for (name, value) in [
-        ("--batch-size", micro_batch),
-        ("--n-patches", n_patches),
-        ("--gradient-accumulation-steps", accumulation),
-        ("--effective-batch", memory.effective_batch),
-    ] {
-        anyhow::ensure!(value != Some(0), "{name} must be at least 1 (got 0)");
-    }
-    let effective_batch = memory.effective_batch.unwrap_or(
-        micro_batch.unwrap_or(defaults.spectrograms)
-            * n_patches.unwrap_or(defaults.patches)
-            * accumulation.unwrap_or(1),
-    );
-    Ok(Planning {
-        budget_bytes,
-        effective_batch,
-        fixed: Fixed {
-            micro_batch,
-            n_patches,
-            accumulation,
-            checkpointing: memory.checkpointing(),
-            precision: memory.precision,
-        },
-        preferred_n_patches: Some(defaults.patches),
-    })
-}
+use crate::request::{dataset_source, planning};
 
 fn config_from(args: &TrainArgs, target: Target) -> Result<TrainConfig> {
     let mut c = TrainConfig {
@@ -122,35 +80,6 @@ fn set_model(config: &mut TrainConfig, name: &str, n_mels: Option<usize>) -> Res
         );
     }
     Ok(())
-}
-
-/// The dataset the flags name: the recordings under --data-root, else the built-in
-/// synthetic one (`default`) with its size flags applied.
-pub fn dataset_source(
-    data: &DataArgs,
-    machine_ids: Option<u32>,
-    train_clips_per_id: Option<usize>,
-    default: DatasetSource,
-) -> DatasetSource {
-    match &data.data_root {
-        Some(root) => DatasetSource::Dcase {
-            root: root.clone(),
-            machine_type: data.machine_type.clone(),
-            features: data.features.settings(),
-        },
-        None => {
-            let mut source = default;
-            if let DatasetSource::Synthetic(synthetic) = &mut source {
-                if let Some(n) = train_clips_per_id {
-                    synthetic.train_per_id = n;
-                }
-                if let Some(ids) = machine_ids {
-                    synthetic.machine_ids = ids;
-                }
-            }
-            source
-        }
-    }
 }
 
 fn length_from(args: &TrainArgs) -> Option<RunLength> {

@@ -12,17 +12,13 @@ use headroom_core::choose;
 use headroom_core::events::Event;
 use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::Calibration;
-use headroom_core::probe::{self, MachineReport, gpus::ProbeSettings, isolate::ChildProbe};
+use headroom_core::probe::{MachineReport, gpus::ProbeSettings, isolate};
 use headroom_core::train::Evaluation;
 use headroom_core::{RunOptions, Target, TrainConfig, Trainer};
 use headroom_datasets::dcase;
 use headroom_datasets::{ClipReader, FeatureSettings, Prefetch, SyntheticConfig, SyntheticDataset};
 
 use crate::dataset::DatasetSummary;
-
-/// The hidden argument that makes this binary probe GPUs and print JSON (the child side of
-/// a probe; a driver fault then ends the child, not the app).
-pub const CHILD_COMMAND: &str = "__probe-gpus";
 
 pub enum Message {
     Probed(Box<(MachineReport, choose::Choice)>),
@@ -60,31 +56,14 @@ impl Outbox {
 
 pub fn probe(outbox: Outbox) {
     std::thread::spawn(move || {
-        let child = std::env::current_exe().ok().map(|program| ChildProbe {
-            program,
-            args: vec![CHILD_COMMAND.to_string()],
-            timeout: std::time::Duration::from_secs(20),
-        });
         let settings = ProbeSettings {
             allocation_cap: None,
             software_adapters: false,
         };
-        let report = probe::probe_machine(child.as_ref(), settings);
+        let report = isolate::probe_machine(isolate::TIMEOUT, settings);
         let choice = choose::choose(&report);
         outbox.send(Message::Probed(Box::new((report, choice))));
     });
-}
-
-/// The child side of [`probe`]: runs in a process of its own, prints the GPU report.
-pub fn probe_child() {
-    let report = probe::gpus::probe_here(ProbeSettings {
-        allocation_cap: None,
-        software_adapters: false,
-    });
-    match serde_json::to_string(&report) {
-        Ok(json) => println!("{json}"),
-        Err(e) => eprintln!("cannot serialise the GPU report: {e}"),
-    }
 }
 
 /// Reads a folder's index at once, then reads every clip on worker threads and reports the

@@ -1,7 +1,7 @@
 //! `trainer-gui`: opens the app window; without a display, says to use trainer-cli.
 
 use headroom_core::memory::alloc::CountingAllocator;
-use trainer_gui::{HeadroomApp, Settings, jobs};
+use trainer_gui::{HeadroomApp, Settings};
 
 // Host-memory figures on CPU backends come from counting every allocation.
 #[global_allocator]
@@ -61,9 +61,10 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<()> {
     headroom_core::memory::alloc::keep_freed_memory();
-    if std::env::args().nth(1).as_deref() == Some(jobs::CHILD_COMMAND) {
-        jobs::probe_child();
-        return Ok(());
+    // The GPU half of the probe, run by this binary in a child process (jobs::probe).
+    if let Some(settings) = headroom_core::probe::isolate::child_settings(std::env::args().skip(1))
+    {
+        return Ok(headroom_core::probe::isolate::answer(settings)?);
     }
     tracing_subscriber::fmt()
         .with_env_filter(

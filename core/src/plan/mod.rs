@@ -23,7 +23,7 @@ pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 use crate::backend::Target;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
-use crate::model::ModelConfig;
+use crate::model::{DefaultBatch, ModelConfig};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
 pub const MAX_DRY_RUNS: usize = 4;
@@ -41,7 +41,56 @@ pub struct Planning {
     pub preferred_n_patches: Option<usize>,
 }
 
+/// A part of a step's split the user may fix, as errors name it (each front-end words it as
+/// its own flag or field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitPart {
+    MicroBatch,
+    PatchesPerSpectrogram,
+    Accumulation,
+    EffectiveBatch,
+}
+
+/// A request the planner cannot take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("the {0:?} must be at least 1 (got 0)")]
+    Zero(SplitPart),
+}
+
 impl Planning {
+    /// The request every front-end makes: the effective batch asked for, or else the one the
+    /// fixed parts describe (the model's `defaults` where a part is left open); every part
+    /// given is a constraint the plan keeps.
+    pub fn new(
+        budget_bytes: u64,
+        effective_batch: Option<usize>,
+        fixed: Fixed,
+        defaults: DefaultBatch,
+    ) -> Result<Self, RequestError> {
+        for (part, value) in [
+            (SplitPart::MicroBatch, fixed.micro_batch),
+            (SplitPart::PatchesPerSpectrogram, fixed.n_patches),
+            (SplitPart::Accumulation, fixed.accumulation),
+            (SplitPart::EffectiveBatch, effective_batch),
+        ] {
+            if value == Some(0) {
+                return Err(RequestError::Zero(part));
+            }
+        }
+        let effective_batch = effective_batch.unwrap_or(
+            fixed.micro_batch.unwrap_or(defaults.spectrograms)
+                * fixed.n_patches.unwrap_or(defaults.patches)
+                * fixed.accumulation.unwrap_or(1),
+        );
+        Ok(Self {
+            budget_bytes,
+            effective_batch,
+            fixed,
+            preferred_n_patches: Some(defaults.patches),
+        })
+    }
+
     /// The search's request, with what is already in use on the device and what the run's
     /// read-ahead will hold beside its steps.
     pub fn request(&self, resident_bytes: u64, read_ahead: ReadAhead) -> PlanRequest {
@@ -269,4 +318,47 @@ pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
         calibration.memory.accumulation_bytes,
     );
     calibration.memory = refitted.memory;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULTS: DefaultBatch = DefaultBatch {
+        spectrograms: 8,
+        patches: 4,
+    };
+
+    #[test]
+    fn the_effective_batch_is_the_asked_one_or_the_split_with_the_models_defaults() {
+        let fixed = Fixed {
+            micro_batch: Some(2),
+            accumulation: Some(3),
+            ..Fixed::default()
+        };
+        let planning = Planning::new(1 << 30, None, fixed, DEFAULTS).unwrap();
+        assert_eq!(planning.effective_batch, 2 * 4 * 3);
+        assert_eq!(planning.fixed, fixed);
+        assert_eq!(planning.preferred_n_patches, Some(4));
+        let asked = Planning::new(1 << 30, Some(64), fixed, DEFAULTS).unwrap();
+        assert_eq!(asked.effective_batch, 64);
+        let open = Planning::new(1 << 30, None, Fixed::default(), DEFAULTS).unwrap();
+        assert_eq!(open.effective_batch, 32);
+    }
+
+    #[test]
+    fn a_part_of_zero_is_refused_by_name() {
+        let fixed = Fixed {
+            n_patches: Some(0),
+            ..Fixed::default()
+        };
+        assert_eq!(
+            Planning::new(1, None, fixed, DEFAULTS),
+            Err(RequestError::Zero(SplitPart::PatchesPerSpectrogram))
+        );
+        assert_eq!(
+            Planning::new(1, Some(0), Fixed::default(), DEFAULTS),
+            Err(RequestError::Zero(SplitPart::EffectiveBatch))
+        );
+    }
 }

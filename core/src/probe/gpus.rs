@@ -16,6 +16,15 @@ pub struct ProbeSettings {
     pub software_adapters: bool,
 }
 
+impl ProbeSettings {
+    /// What `--backend auto` probes with: an allocation probe of at most 1 GiB where a GPU's
+    /// free memory is otherwise unknown, never on CPU-type adapters (auto never picks them).
+    pub const AUTO: ProbeSettings = ProbeSettings {
+        allocation_cap: Some(1 << 30),
+        software_adapters: false,
+    };
+}
+
 /// Bytes per step of the allocation probe.
 pub const ALLOCATION_STEP: u64 = 128 << 20;
 

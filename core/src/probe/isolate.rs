@@ -1,11 +1,52 @@
-//! Running the GPU probe in a child process with a timeout.
+//! Running the GPU probe in a child process with a timeout, and the child's side: one
+//! protocol for every front-end binary (the binary runs itself with [`CHILD_COMMAND`] and
+//! the settings as flags, and the child prints its [`GpuReport`] as JSON).
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::GpuReport;
+use super::gpus::{self, ProbeSettings};
+use super::{GpuReport, MachineReport};
+
+/// The hidden first argument that makes a Headroom binary probe GPUs and print JSON.
+pub const CHILD_COMMAND: &str = "__probe-gpus";
+
+/// How long a probe waits for the GPU drivers before it reports them as not answering.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Probes the machine, the GPUs in a child process of the running binary, so that a driver
+/// that hangs or crashes costs a finding, not the program.
+pub fn probe_machine(timeout: Duration, settings: ProbeSettings) -> MachineReport {
+    let child = ChildProbe::of_this_program(timeout, settings);
+    super::probe_machine(child.as_ref(), settings)
+}
+
+/// The child's side, when `args` (the program's arguments after its name) start with
+/// [`CHILD_COMMAND`]: the settings the parent asked for.
+pub fn child_settings(mut args: impl Iterator<Item = String>) -> Option<ProbeSettings> {
+    if args.next().as_deref() != Some(CHILD_COMMAND) {
+        return None;
+    }
+    // The parent and the child are one binary: nothing but these flags is ever passed.
+    let flags: Vec<String> = args.collect();
+    let allocation_cap = flags
+        .iter()
+        .position(|flag| flag == "--allocation-cap")
+        .and_then(|i| flags.get(i + 1)?.parse().ok());
+    let settings = ProbeSettings {
+        allocation_cap,
+        software_adapters: flags.iter().any(|flag| flag == "--software-adapters"),
+    };
+    Some(settings)
+}
+
+/// Probes the GPUs here and prints the report as one line of JSON: the child's answer.
+pub fn answer(settings: ProbeSettings) -> Result<(), serde_json::Error> {
+    println!("{}", serde_json::to_string(&gpus::probe_here(settings))?);
+    Ok(())
+}
 
 /// How to start a child that runs [`super::gpus::probe_here`] and prints its
 /// [`GpuReport`] as JSON on stdout: usually the running binary with a hidden subcommand.
@@ -17,6 +58,24 @@ pub struct ChildProbe {
 }
 
 impl ChildProbe {
+    /// The running binary as the child, asked for `settings`; `None` where the binary's
+    /// path cannot be known.
+    pub fn of_this_program(timeout: Duration, settings: ProbeSettings) -> Option<Self> {
+        let mut args = vec![CHILD_COMMAND.to_string()];
+        if let Some(cap) = settings.allocation_cap {
+            args.extend(["--allocation-cap".to_string(), cap.to_string()]);
+        }
+        if settings.software_adapters {
+            args.push("--software-adapters".to_string());
+        }
+        let program = std::env::current_exe().ok()?;
+        Some(Self {
+            program,
+            args,
+            timeout,
+        })
+    }
+
     pub fn run(&self) -> Result<GpuReport, String> {
         let mut child = Command::new(&self.program)
             .args(&self.args)
@@ -67,6 +126,23 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             timeout: Duration::from_millis(timeout_ms),
         }
+    }
+
+    /// What the parent passes is what the child reads.
+    #[test]
+    fn the_child_reads_the_settings_the_parent_passes() {
+        for settings in [
+            ProbeSettings::default(),
+            ProbeSettings {
+                allocation_cap: Some(1 << 30),
+                software_adapters: true,
+            },
+        ] {
+            let child = ChildProbe::of_this_program(TIMEOUT, settings).unwrap();
+            assert_eq!(child_settings(child.args.into_iter()), Some(settings));
+        }
+        assert_eq!(child_settings(["train".to_string()].into_iter()), None);
+        assert_eq!(child_settings(std::iter::empty()), None);
     }
 
     #[test]

@@ -1,0 +1,197 @@
+//! The flags of the other commands: plan, bench, probe, models, synth, features, eval.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use headroom_core::precision::Precision;
+
+use super::device::Backend;
+use super::train::{DataArgs, FeatureArgs, LoaderArgs, MemoryArgs, SplitArgs};
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// The dataset's root folder; clips go to OUT/<machine-type>/{train,test}/.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Folder name of the machine type.
+    #[arg(long, default_value = "synthetic")]
+    pub machine_type: String,
+    /// Machine IDs [default: 4, as the built-in dataset].
+    #[arg(long)]
+    pub machine_ids: Option<u32>,
+    /// Train clips per machine ID [default: 40].
+    #[arg(long)]
+    pub train_clips_per_id: Option<usize>,
+    /// Normal and (as many) anomalous test clips per machine ID [default: 12].
+    #[arg(long)]
+    pub test_clips_per_id: Option<usize>,
+    /// Seconds per clip [default: 10].
+    #[arg(long)]
+    pub seconds: Option<f32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct FeaturesArgs {
+    /// The recording (WAV: PCM or float, mono or stereo).
+    pub input: PathBuf,
+    /// Where to write the [n_mels, frames] float32 .npy file.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub features: FeatureArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A run directory (its newest checkpoint) or one checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The model the checkpoint must hold [default: whichever it holds].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Score this dataset's test clips [default: the run's own dataset]. Features are
+    /// computed with the run's settings.
+    #[arg(long, alias = "data_root")]
+    pub data_root: Option<PathBuf>,
+    /// Only this machine type [default: the run's, or every type under --data-root].
+    #[arg(long, alias = "machine_type")]
+    pub machine_type: Option<String>,
+    /// Where the score files and results go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Backend to score on [default: the run's].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// Backend to plan for [default: auto].
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// The model to plan for (`trainer-cli models`) [default: vq-patch-ae].
+    #[arg(long)]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+    #[command(flatten)]
+    pub split: SplitArgs,
+    /// Synthetic dataset: clips per machine ID in the train split.
+    #[arg(long, conflicts_with = "data_root")]
+    pub train_clips_per_id: Option<usize>,
+    /// Synthetic dataset: number of machine IDs.
+    #[arg(long, conflicts_with = "data_root")]
+    pub machine_ids: Option<u32>,
+    /// The dataset the run would read: `plan` opens it as `train` does, so that the memory
+    /// it holds and its read-ahead count as they will in the run.
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// The plans for common GPUs and this CPU, in one table; with --memory-budget, also the
+    /// plan for a GPU that gives the run that much.
+    #[arg(long, conflicts_with = "simulate_device")]
+    pub what_if: bool,
+    /// Plan for burn's own layers and quantizer instead of Headroom's forms and kernels
+    /// (calibrating with them), to compare what each fits.
+    #[arg(long)]
+    pub plain_layers: bool,
+    /// Skip the dry-run step that checks the plan.
+    #[arg(long)]
+    pub no_dry_run: bool,
+    /// Measure real steps at these micro-batch sizes and compare with the memory model's
+    /// predictions: spectrograms x patches, `c` for checkpointing, e.g. "1x4 8x4 8x4c 64x16".
+    #[arg(long, conflicts_with = "what_if")]
+    pub verify: Option<String>,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Backend to time (auto probes the machine and says why it chose).
+    #[arg(long, value_enum, default_value = "flex")]
+    pub backend: Backend,
+    /// The model to time (`trainer-cli models`) [default: vq-patch-ae].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// burn's balanced gradient checkpointing.
+    #[arg(long, alias = "use_gradient_checkpointing")]
+    pub use_gradient_checkpointing: bool,
+    /// Compute precision: f32, or mixed precision f16/bf16.
+    #[arg(long, default_value = "f32")]
+    pub precision: Precision,
+    /// Spectrograms per micro-batch (the reference script's --batch).
+    #[arg(long, alias = "batch_size", alias = "batch", default_value_t = 16)]
+    pub batch_size: usize,
+    /// Patches per spectrogram (the reference script's --patches).
+    #[arg(long, alias = "n_patches", alias = "patches", default_value_t = 1)]
+    pub n_patches: usize,
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "accum",
+        default_value_t = 1
+    )]
+    pub gradient_accumulation_steps: usize,
+    /// Timed optimizer steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON line.
+    #[arg(long)]
+    pub json: bool,
+    /// burn's own layers and quantizer instead of Headroom's forms and kernels (the CPU
+    /// kernels on flex, the output-only layers and nearest-code kernel on wgpu), to compare
+    /// the two.
+    #[arg(long)]
+    pub plain_layers: bool,
+    /// Time each op of a step on its own (forward, backward for input and weight, quantizer,
+    /// optimizer) instead of whole steps; --steps sets the repetitions per op.
+    #[arg(long)]
+    pub profile: bool,
+    /// The memory of one step after each stage (each layer, the quantizer, loss, backward,
+    /// optimizer): bytes in use, and reserved on a GPU, instead of timing steps.
+    #[arg(long, conflicts_with = "profile")]
+    pub memory_trace: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where no API reports a GPU's free memory, allocate up to this much in 128 MiB steps to
+    /// find out (freed at once); the probe never takes more.
+    #[arg(long, default_value = "1GiB")]
+    pub allocation_cap: String,
+    /// Never allocate GPU memory to measure it.
+    #[arg(long)]
+    pub no_allocation_probe: bool,
+    /// Seconds the GPU drivers get to answer.
+    #[arg(long, default_value_t = 20.0)]
+    pub timeout: f64,
+}

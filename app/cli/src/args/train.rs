@@ -1,0 +1,311 @@
+//! The flags of a training run (`train`, and what `plan` shares with it): the run, its
+//! dataset and loader, the step's split and the memory settings.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use headroom_core::budget_source::DEFAULT_FRACTION;
+use headroom_core::precision::Precision;
+use headroom_datasets::PatchPlacement;
+
+use super::device::{Backend, DeviceArg};
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum Placement {
+    Even,
+    Random,
+}
+
+impl From<Placement> for PatchPlacement {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::Even => PatchPlacement::Even,
+            Placement::Random => PatchPlacement::Random,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct TrainArgs {
+    /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// The model to train (`trainer-cli models` lists them) [default: vq-patch-ae]; a
+    /// resumed run keeps its own.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
+    /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
+    #[arg(long)]
+    pub device: Option<DeviceArg>,
+    #[command(flatten)]
+    pub split: SplitArgs,
+    /// Frames between consecutive patches of a spectrogram.
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Where the run of patches sits in a spectrogram: centred, or random each time.
+    #[arg(long, value_enum)]
+    pub placement: Option<Placement>,
+    /// Passes over the train split.
+    #[arg(long, conflicts_with = "steps")]
+    pub epochs: Option<u64>,
+    /// Optimizer steps (instead of --epochs).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Peak learning rate (cosine decay to 0).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Global gradient-norm clipping threshold.
+    #[arg(long, alias = "clip_norm")]
+    pub clip_norm: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run directory: checkpoints go to OUT/checkpoints, OUT/checkpoint.json names the newest
+    /// [default: a new runs/run-<unix time>, or the --resume run's directory].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run saved in this directory (a run's --out, or one of its checkpoints).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Write a checkpoint every N steps (and at the end).
+    #[arg(long, alias = "checkpoint_every")]
+    pub checkpoint_every: Option<u64>,
+    /// Validate every N steps (and at the end).
+    #[arg(long, alias = "validate_every")]
+    pub validate_every: Option<u64>,
+    /// Ask the device to return cached memory every N steps (0: never).
+    #[arg(long, alias = "empty_cache_every", alias = "empty_cache_frequency")]
+    pub empty_cache_every: Option<u64>,
+    /// Stop after this many steps in total, with a checkpoint; --resume continues.
+    #[arg(long)]
+    pub stop_after: Option<u64>,
+    /// Synthetic dataset: clips per machine ID in the train split.
+    #[arg(long, conflicts_with = "data_root")]
+    pub train_clips_per_id: Option<usize>,
+    /// Synthetic dataset: number of machine IDs.
+    #[arg(long, conflicts_with = "data_root")]
+    pub machine_ids: Option<u32>,
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Threads for the CPU backends (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Skip scoring the test split at the end.
+    #[arg(long)]
+    pub no_eval: bool,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+    /// Train with the given (or default) micro-batch, patches and accumulation as they are:
+    /// no calibration and no dry-run. The budget guard and out-of-memory recovery still work.
+    #[arg(long)]
+    pub no_plan: bool,
+    /// One JSON object per line per event, instead of progress bars.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the clips come from [default: the built-in synthetic dataset].
+#[derive(Args, Debug, Clone, Default)]
+pub struct DataArgs {
+    /// A dataset in the DCASE 2020 Task 2 layout: ROOT/<machine_type>/{train,test}/ with
+    /// normal_id_XX_NNNNNNNN.wav (or .npy spectrograms) files.
+    #[arg(long, alias = "data_root")]
+    pub data_root: Option<PathBuf>,
+    /// Only this machine type (fan, pump, slider, valve, ToyCar, ToyConveyor, ...)
+    /// [default: every type under --data-root].
+    #[arg(long, alias = "machine_type", requires = "data_root")]
+    pub machine_type: Option<String>,
+    #[command(flatten)]
+    pub features: FeatureArgs,
+}
+
+/// How recordings become log-mel features (the challenge baseline's settings by default).
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct FeatureArgs {
+    /// Mel bands [default: 64]; the default model takes 64.
+    #[arg(long, alias = "n_mels", value_parser = parse_n_mels)]
+    pub n_mels: Option<usize>,
+    /// The dataset's sample rate in Hz [default: 16000]; files at another rate are an error
+    /// unless --resample is given.
+    #[arg(long, alias = "sample_rate")]
+    pub sample_rate: Option<u32>,
+    /// Resample recordings at another rate instead of rejecting them.
+    #[arg(long)]
+    pub resample: bool,
+}
+
+fn parse_n_mels(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "64" => Ok(64),
+        "128" => Ok(128),
+        _ => Err(format!(
+            "{s:?}: the baseline's frontend takes 64 or 128 mel bands"
+        )),
+    }
+}
+
+impl FeatureArgs {
+    pub fn settings(&self) -> headroom_datasets::FeatureSettings {
+        let mut s = headroom_datasets::FeatureSettings::default();
+        if let Some(n) = self.n_mels {
+            s.logmel.n_mels = n;
+        }
+        if let Some(sr) = self.sample_rate {
+            s.logmel.sample_rate = sr;
+        }
+        s.resample = self.resample;
+        s
+    }
+}
+
+/// How clips are read from disk.
+#[derive(Args, Debug, Clone)]
+pub struct LoaderArgs {
+    /// Micro-batches read ahead of the one training (seed 003's prefetch factor).
+    #[arg(long, default_value_t = 2)]
+    pub prefetch: usize,
+    /// Threads that decode audio, compute features and cut patches.
+    #[arg(long, default_value_t = 2)]
+    pub loader_workers: usize,
+    /// Host memory the loader may hold, e.g. 512MiB: read-ahead, plus the dataset's
+    /// spectrograms when they all fit in half of it (else they stream from disk every epoch).
+    #[arg(long, default_value = "1GiB")]
+    pub host_memory: String,
+    /// A folder for the log-mel features of recordings, reused across runs and epochs.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// What to do with an unreadable or misnamed file: stop (fail) or leave it out (skip);
+    /// skipped files are listed at the end.
+    #[arg(long, value_enum, default_value_t = BadFile::Fail)]
+    pub on_bad_file: BadFile,
+}
+
+impl Default for LoaderArgs {
+    fn default() -> Self {
+        Self {
+            prefetch: 2,
+            loader_workers: 2,
+            host_memory: "1GiB".into(),
+            cache: None,
+            on_bad_file: BadFile::Fail,
+        }
+    }
+}
+
+impl LoaderArgs {
+    pub fn options(&self) -> anyhow::Result<headroom_core::dataset::LoaderOptions> {
+        use anyhow::Context;
+        anyhow::ensure!(self.prefetch >= 1, "--prefetch must be at least 1 (got 0)");
+        anyhow::ensure!(
+            self.loader_workers >= 1,
+            "--loader-workers must be at least 1 (got 0)"
+        );
+        let host_memory_bytes = headroom_core::memory::parse_size(&self.host_memory)
+            .with_context(|| format!("--host-memory {:?}", self.host_memory))?;
+        Ok(headroom_core::dataset::LoaderOptions {
+            workers: self.loader_workers,
+            prefetch: self.prefetch,
+            host_memory_bytes,
+            on_bad_file: match self.on_bad_file {
+                BadFile::Fail => headroom_core::dataset::OnBadFile::Fail,
+                BadFile::Skip => headroom_core::dataset::OnBadFile::Skip,
+            },
+            cache: self.cache.clone(),
+            files: None,
+        })
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadFile {
+    Fail,
+    Skip,
+}
+
+/// How a step is split, when the user fixes it; the planner chooses what is left out.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SplitArgs {
+    /// Spectrograms per micro-batch [default: planned].
+    #[arg(long, alias = "batch_size")]
+    pub batch_size: Option<usize>,
+    /// Patches taken from each spectrogram [default: planned, preferring 4].
+    #[arg(long, alias = "n_patches")]
+    pub n_patches: Option<usize>,
+    /// Micro-batches whose gradients are summed before each optimizer step [default: planned].
+    #[arg(
+        long,
+        alias = "gradient_accumulation_steps",
+        alias = "gradient-accumulation"
+    )]
+    pub gradient_accumulation_steps: Option<usize>,
+}
+
+/// The planner's inputs, shared by `train` and `plan`.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Memory the run may use, e.g. 2GiB or 512MiB; measured usage above it is treated as
+    /// out-of-memory [default: the device's free memory x --memory-fraction].
+    #[arg(
+        long,
+        alias = "memory_budget",
+        alias = "memory",
+        conflicts_with = "simulate_device"
+    )]
+    pub memory_budget: Option<String>,
+    /// Plan for this GPU's memory (rtx3070-laptop, t4, rtx3090, a100-40gb, a100-80gb, h100),
+    /// and enforce it as the budget.
+    #[arg(long, alias = "simulate_device")]
+    pub simulate_device: Option<String>,
+    /// Share of the device's free memory a run plans for (seed 003's cap).
+    #[arg(long, alias = "memory_fraction", default_value_t = DEFAULT_FRACTION)]
+    pub memory_fraction: f64,
+    /// Patches per optimizer step, kept whatever the split [default: micro-batch x patches x
+    /// accumulation, from the flags given or their defaults].
+    #[arg(long, alias = "effective_batch")]
+    pub effective_batch: Option<usize>,
+    /// Recompute cheap activations in backward instead of keeping them (seed 001's flag)
+    /// [default: the planner decides].
+    #[arg(
+        long,
+        alias = "use_gradient_checkpointing",
+        conflicts_with = "no_gradient_checkpointing"
+    )]
+    pub use_gradient_checkpointing: bool,
+    /// Never use gradient checkpointing.
+    #[arg(long)]
+    pub no_gradient_checkpointing: bool,
+    /// Compute precision of encoder and decoder: f32, or mixed precision f16/bf16 with f32
+    /// parameters (seed 001's AMP) [default: the planner decides, f32 unless half fits a
+    /// larger micro-batch at no loss of speed].
+    #[arg(long)]
+    pub precision: Option<Precision>,
+}
+
+impl Default for MemoryArgs {
+    fn default() -> Self {
+        Self {
+            memory_budget: None,
+            simulate_device: None,
+            memory_fraction: DEFAULT_FRACTION,
+            effective_batch: None,
+            use_gradient_checkpointing: false,
+            no_gradient_checkpointing: false,
+            precision: None,
+        }
+    }
+}
+
+impl MemoryArgs {
+    pub fn checkpointing(&self) -> Option<bool> {
+        match (
+            self.use_gradient_checkpointing,
+            self.no_gradient_checkpointing,
+        ) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Planning a run before its model exists, so that the dry-run measures the step alone; and
+//! planning a resumed run, which keeps its effective batch.
+
+use crate::config::TrainConfig;
+use crate::dataset::{self, LoaderOptions};
+use crate::events::{Event, EventSink};
+use crate::memory::MemoryMeter;
+use crate::model::{ModelConfig, WithModel, with_model};
+use crate::plan::{PlanError, Planning, PlanningError, Prepared, RunShare};
+use crate::readback::LocalFuture;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::readback::block_on;
+
+use super::read_ahead::read_ahead_counted;
+use super::{RunOptions, TrainError};
+
+/// What planning left for the run: the plan, the measurements it rests on (recovery
+/// re-plans from them), and its events, emitted when the run starts.
+#[derive(Default)]
+pub(super) struct Planned {
+    pub(super) prepared: Option<Prepared>,
+    pub(super) events: Vec<Event>,
+}
+
+/// Plans the run when asked, before its model exists, so that the dry-run measures the
+/// step alone; the config takes the plan's micro-batch, patches, accumulation and
+/// checkpointing. `resident_store`: whether the spectrograms stay in host memory.
+pub(super) async fn plan_run<C: ModelConfig>(
+    config: &mut TrainConfig,
+    model: &C,
+    options: &RunOptions,
+    resident_store: bool,
+) -> Result<Planned, TrainError> {
+    let Some(planning) = &options.planning else {
+        return Ok(Planned::default());
+    };
+    let mut events = Vec::new();
+    let prepared = prepare_run(
+        config,
+        model,
+        planning,
+        &options.loader,
+        resident_store,
+        &mut events,
+    )
+    .await?;
+    Ok(Planned {
+        prepared: Some(prepared),
+        events,
+    })
+}
+
+/// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
+pub(super) async fn prepare_run<C: ModelConfig>(
+    config: &mut TrainConfig,
+    model: &C,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    resident_store: bool,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
+    let plain = config.target().device()?;
+    let share = RunShare {
+        resident_bytes: MemoryMeter::new(config.backend, &plain)
+            .sample()
+            .allocated_bytes,
+        read_ahead: read_ahead_counted(config, model.input(), loader, resident_store),
+    };
+    let prepared = crate::plan::prepare(config.target(), model, planning, share, sink).await?;
+    let plan = &prepared.plan;
+    config.n_patches = plan.n_patches;
+    config.step_clips = Some(plan.effective_batch / plan.n_patches);
+    config.set_micro_batch(plan.micro_batch);
+    config.checkpointing = plan.checkpointing;
+    config.precision = plan.precision;
+    Ok(prepared)
+}
+
+/// The plan a fresh run of `config` would train with, made as [`Trainer::new`] makes it (the
+/// dataset opened and checked first, so its memory and the read-ahead count), without
+/// training: what `trainer-cli plan` shows. Reports the `dry_run` and `plan` events.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn plan_only(
+    config: TrainConfig,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
+    block_on(plan_only_async(config, planning, loader, sink))
+}
+
+/// [`plan_only`], awaited.
+pub async fn plan_only_async(
+    config: TrainConfig,
+    planning: &Planning,
+    loader: &LoaderOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, TrainError> {
+    struct PlanOnly<'a> {
+        config: TrainConfig,
+        planning: &'a Planning,
+        loader: &'a LoaderOptions,
+        sink: &'a mut dyn EventSink,
+    }
+    impl<'a> WithModel for PlanOnly<'a> {
+        type Output = LocalFuture<'a, Result<Prepared, TrainError>>;
+        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            Box::pin(async move {
+                let PlanOnly {
+                    mut config,
+                    planning,
+                    loader,
+                    sink,
+                } = self;
+                config.validate()?;
+                let mut data = dataset::open(&config, loader)?;
+                data.check(config.patch_spec(model.input()))?;
+                let model = model.for_machines(&data.machines)?;
+                let resident = data.store.is_resident();
+                prepare_run(&mut config, &model, planning, loader, resident, sink).await
+            })
+        }
+    }
+    let spec = config.model.clone();
+    with_model(
+        &spec,
+        PlanOnly {
+            config,
+            planning,
+            loader,
+            sink,
+        },
+    )?
+    .await
+}
+
+/// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
+/// (they decide what each step reads), and first tries its saved split, unless the user
+/// named another; only when that does not fit is the split planned afresh.
+pub(super) async fn replan_resumed<C: ModelConfig>(
+    config: &mut TrainConfig,
+    model: &C,
+    options: &RunOptions,
+    resident_store: bool,
+) -> Result<Planned, TrainError> {
+    let Some(asked) = options.planning else {
+        return Ok(Planned::default());
+    };
+    let mut keep = asked;
+    keep.effective_batch = config.effective_batch();
+    keep.fixed.n_patches = Some(config.n_patches);
+    let mut saved = keep;
+    saved.fixed.micro_batch = asked.fixed.micro_batch.or(Some(config.micro_batch));
+    saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
+    saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
+    let with = |planning| RunOptions {
+        planning: Some(planning),
+        loader: options.loader.clone(),
+        ..RunOptions::default()
+    };
+    match plan_run(config, model, &with(saved), resident_store).await {
+        Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
+            if saved != keep =>
+        {
+            plan_run(config, model, &with(keep), resident_store).await
+        }
+        other => other,
+    }
+}

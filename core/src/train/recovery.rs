@@ -1,0 +1,191 @@
+//! Recovering from an out-of-memory step without losing it: the micro-batch is re-planned
+//! from what was measured, the effective batch kept, and the step redone.
+
+use crate::config::TrainConfig;
+use crate::events::{Event, EventSink, RecoveryReport};
+use crate::model::{ModelConfig, SpectrogramModel};
+use crate::plan::{PlanningError, ReadAhead};
+use crate::step;
+
+use super::read_ahead::{read_ahead, read_ahead_counted};
+use super::{MAX_RECOVERIES_IN_A_ROW, ModelTrainer, TrainError};
+
+/// The micro-batch after an out-of-memory step when nothing better is known (the device
+/// failed without a reading): half, rounded up.
+pub(super) fn halve(micro_batch: usize) -> Option<usize> {
+    (micro_batch > 1).then(|| micro_batch.div_ceil(2))
+}
+
+/// The largest micro-batch below `failed` whose peak in this run fits `budget`: the peak the
+/// failed step reached here, moved by what the measured steps say a micro-batch of the
+/// other size costs more or less (step, read-ahead, and the summed gradients a step split
+/// into several micro-batches holds), with the planner's margin on the step. `None` when
+/// not even one spectrogram fits.
+pub(super) fn refit_micro_batch(
+    memory: &crate::plan::MemoryModel,
+    read_ahead: ReadAhead,
+    config: &TrainConfig,
+    failed: usize,
+    failed_peak: u64,
+    budget: u64,
+) -> Option<usize> {
+    let n = config.n_patches;
+    let cost = memory.cost(config.precision, config.checkpointing)?;
+    let clips = config.clips_per_step();
+    // A step that was one micro-batch and now accumulates holds one more set of gradients,
+    // as the planner's predictions count it.
+    let at = |mb: usize| {
+        cost.at(mb * n)
+            + read_ahead.bytes(mb) as f64
+            + memory.summed_gradient_bytes(clips.div_ceil(mb))
+    };
+    let base = failed_peak as f64 - at(failed);
+    (1..failed).rev().find(|&mb| {
+        let step = cost.at(mb * n);
+        base + at(mb) + memory.margin * step <= budget as f64
+    })
+}
+
+impl<M: SpectrogramModel> ModelTrainer<M> {
+    /// After an out-of-memory step: free what it held, split the effective batch finer, and
+    /// let the loop redo the step. Nothing of the model or optimizer changed (see
+    /// [`step::StepError`]), so the redone step is the step a smaller plan would have run.
+    pub(super) async fn recover(
+        &mut self,
+        error: step::StepError,
+        in_a_row: u32,
+        sink: &mut dyn EventSink,
+    ) -> Result<(), TrainError> {
+        self.meter.cleanup();
+        let c = &self.config;
+        let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
+        let next = if in_a_row <= MAX_RECOVERIES_IN_A_ROW {
+            self.recovery_micro_batch(&error, mb).await?
+        } else {
+            None
+        };
+        let Some(to_mb) = next else {
+            let saved = match self.checkpoint(sink) {
+                Ok(()) if self.options.out_dir.is_some() => {
+                    format!("Step {} is saved; continue with --resume. ", self.step)
+                }
+                _ => String::new(),
+            };
+            return Err(TrainError::OutOfMemory {
+                step: self.step + 1,
+                recoveries: in_a_row - 1,
+                micro_batch: mb,
+                n_patches: n,
+                detail: error.to_string(),
+                saved,
+            });
+        };
+        tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
+        self.config.set_micro_batch(to_mb);
+        let depth = read_ahead(
+            &self.options.loader,
+            self.data.store.is_resident(),
+            &self.config,
+            self.model_config.input(),
+        )
+        .clips(to_mb);
+        self.stream.set_depth(depth);
+        sink.emit(Event::Recovery(RecoveryReport {
+            step: self.step + 1,
+            error: error.to_string(),
+            from_micro_batch: mb,
+            to_micro_batch: to_mb,
+            n_patches: n,
+            from_accumulation: acc,
+            to_accumulation: self.config.accumulation,
+            effective_batch: self.config.effective_batch(),
+            in_a_row,
+        }));
+        Ok(())
+    }
+
+    /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
+    /// steps (the run's own kind of step, calibrated now when the run was not planned) and
+    /// the peak this step reached, or half when the device failed without a reading.
+    pub(super) async fn recovery_micro_batch(
+        &mut self,
+        error: &step::StepError,
+        micro_batch: usize,
+    ) -> Result<Option<usize>, TrainError> {
+        let step::StepError::OverBudget(over) = error else {
+            return Ok(halve(micro_batch));
+        };
+        if self.calibration.is_none() {
+            let calibration = crate::plan::calibrate::calibrate_only(
+                self.config.target(),
+                &self.model_config,
+                self.config.precision,
+                self.config.checkpointing,
+            )
+            .await
+            .map_err(PlanningError::from)?;
+            self.calibration = Some(calibration);
+            // Calibrating filled the run's device pool; the redone step is measured against
+            // the budget from what the pool holds, so those pages go back first.
+            self.meter.cleanup();
+        }
+        let Some(calibration) = &self.calibration else {
+            return Ok(halve(micro_batch));
+        };
+        let read_ahead = read_ahead_counted(
+            &self.config,
+            self.model_config.input(),
+            &self.options.loader,
+            self.data.store.is_resident(),
+        );
+        Ok(refit_micro_batch(
+            &calibration.memory,
+            read_ahead,
+            &self.config,
+            micro_batch,
+            over.peak_bytes,
+            over.budget_bytes,
+        )
+        .or_else(|| halve(micro_batch)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{MeasuredCost, MemoryModel};
+    use crate::precision::Precision;
+
+    /// 1,000 bytes a patch; a step of 8 spectrograms of one patch reached 10,000 bytes and
+    /// the budget is 9,000. Leaving out the summed gradients a split step holds, 7 fits
+    /// exactly; with them (1,500 bytes), 7 + 1 and 6 + 2 do not, 5 + 3 does.
+    #[test]
+    fn a_recovery_counts_the_gradients_a_split_step_sums() {
+        let mut memory = MemoryModel {
+            plain: MeasuredCost::new([(0, 0.0), (16, 16_000.0)]),
+            checkpointed: None,
+            half: None,
+            accumulation_bytes: 0,
+            margin: 0.0,
+        };
+        let config = TrainConfig {
+            micro_batch: 8,
+            n_patches: 1,
+            accumulation: 1,
+            precision: Precision::F32,
+            checkpointing: false,
+            ..TrainConfig::default()
+        };
+        let refit = |memory: &MemoryModel| {
+            refit_micro_batch(memory, ReadAhead::NONE, &config, 8, 10_000, 9_000)
+        };
+        assert_eq!(refit(&memory), Some(7));
+        memory.accumulation_bytes = 1_500;
+        assert_eq!(refit(&memory), Some(5));
+        assert_eq!(
+            refit_micro_batch(&memory, ReadAhead::NONE, &config, 8, 10_000, 1_000),
+            None,
+            "not one spectrogram fits"
+        );
+    }
+}

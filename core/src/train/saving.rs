@@ -1,0 +1,105 @@
+//! Saving a run: checkpoints to its output folder, or the same files in memory (what a web
+//! page offers as downloads).
+
+use crate::checkpoint::{self, CheckpointFiles, CheckpointState, RngState};
+use crate::events::{Event, EventSink};
+use crate::model::SpectrogramModel;
+
+use super::{ModelTrainer, TrainError};
+
+impl<M: SpectrogramModel> ModelTrainer<M> {
+    pub(super) fn checkpoint(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        let Some(out) = &self.options.out_dir else {
+            return Ok(());
+        };
+        let path = checkpoint::save(out, &self.checkpoint_state(), &self.model, &self.optimizer)?;
+        sink.emit(Event::Checkpoint {
+            step: self.step,
+            path: path.display().to_string(),
+        });
+        Ok(())
+    }
+
+    /// The checkpoint of the run as it stands, in memory (what a web page offers as
+    /// downloads); the files `--out` gets at a checkpoint.
+    pub fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError> {
+        if cfg!(target_arch = "wasm32") && !self.config.backend.is_host() {
+            return Err(TrainError::CheckpointOnWebGpu);
+        }
+        let dir = std::path::Path::new("checkpoint");
+        Ok(CheckpointFiles::encode(
+            &self.checkpoint_state(),
+            &self.model,
+            &self.optimizer,
+            dir,
+        )?)
+    }
+
+    fn checkpoint_state(&self) -> CheckpointState {
+        CheckpointState {
+            format_version: 1,
+            step: self.step,
+            total_steps: self.total_steps,
+            config: self.config.clone(),
+            normalization: self.normalization,
+            rng: RngState {
+                seed: self.config.seed,
+                stream_position: self.step * self.config.clips_per_step() as u64,
+            },
+            param_ids: checkpoint::param_ids(&self.model),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::checkpoint::CheckpointFiles;
+    use crate::train::{DatasetSource, RunLength, RunOptions, TrainConfig, Trainer};
+
+    /// A web page's download: the checkpoint in memory is the one `--out` holds.
+    #[test]
+    fn the_checkpoint_in_memory_is_the_one_out_holds() {
+        let mut config = TrainConfig {
+            micro_batch: 2,
+            n_patches: 2,
+            accumulation: 1,
+            length: RunLength::Steps(2),
+            quantizer_warmup_steps: Some(1),
+            validation_every_nth_clip: 0,
+            ..TrainConfig::default()
+        };
+        config.dataset = DatasetSource::Synthetic(headroom_datasets::SyntheticConfig {
+            machine_ids: 1,
+            train_per_id: 4,
+            test_normal_per_id: 1,
+            test_anomaly_per_id: 1,
+            ..Default::default()
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = Trainer::new(
+            config,
+            RunOptions {
+                out_dir: Some(dir.path().to_path_buf()),
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        run.run(&mut Vec::new()).unwrap();
+        let (on_disk, _) = CheckpointFiles::read(dir.path()).unwrap();
+        let in_memory = run.checkpoint_files().unwrap();
+        assert_eq!(in_memory.state, on_disk.state);
+        assert_eq!(in_memory.optimizer, on_disk.optimizer);
+        assert_eq!(on_disk.state(dir.path()).unwrap().step, 2);
+        // safetensors' header lists its metadata in a hash map's order: compare the weights.
+        let device = crate::BackendKind::Flex.device().unwrap().autodiff();
+        let weights = |files: &CheckpointFiles| {
+            let loaded = files
+                .clone()
+                .decode::<crate::model::VqAutoencoderConfig>(dir.path(), &device)
+                .unwrap();
+            crate::model::flat_parameters(&loaded.model)
+        };
+        assert_eq!(weights(&in_memory), weights(&on_disk));
+        assert_eq!(run.parameters(), weights(&in_memory));
+    }
+}

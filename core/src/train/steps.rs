@@ -1,0 +1,200 @@
+//! The loop: steps of micro-batches until the run's length or a stop, with validation,
+//! checkpoints, memory cleanups and the model's warm-up end on the way.
+
+use web_time::Instant;
+
+use crate::events::{Event, EventSink, StepReport};
+use crate::memory::Budget;
+use crate::model::{Patches, SpectrogramModel};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::readback::block_on;
+use crate::step;
+
+use super::{ModelTrainer, TrainError, control, every, schedule};
+
+impl<M: SpectrogramModel> ModelTrainer<M> {
+    /// Trains until the run length is reached or a stop is asked for. Always ends with a
+    /// validation pass and, when there is an output directory, a checkpoint.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        block_on(self.run_async(sink))
+    }
+
+    /// [`ModelTrainer::run`], awaited.
+    pub async fn run_async(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
+        let started = Instant::now();
+        for event in self.pending.drain(..) {
+            sink.emit(event);
+        }
+        sink.emit(Event::Dataset(self.dataset_report()));
+        sink.emit(Event::Config(self.run_info()));
+        let clips_per_step = self.config.clips_per_step() as u64;
+        let mut stopped_early = false;
+        let mut recoveries = 0u32;
+        while self.step < self.total_steps {
+            if control::stop_before_next(&self.options, self.step).await {
+                stopped_early = true;
+                break;
+            }
+            let report = match self.train_step().await {
+                Ok(report) => report,
+                Err(TrainError::Step(error)) if error.is_out_of_memory() => {
+                    recoveries += 1;
+                    self.recover(error, recoveries, sink).await?;
+                    continue;
+                }
+                Err(other) => return Err(other),
+            };
+            recoveries = 0;
+            let step = self.step;
+            sink.emit(Event::Step(report));
+
+            if every(step, self.config.empty_cache_every) {
+                self.meter.cleanup();
+                sink.emit(Event::MemoryCleanup { step });
+            }
+            let completed = self.stream.epoch_of(step * clips_per_step);
+            if completed > self.stream.epoch_of((step - 1) * clips_per_step) {
+                sink.emit(Event::Epoch {
+                    epoch: completed,
+                    step,
+                });
+            }
+            let last = step == self.total_steps;
+            if every(step, self.config.validate_every) && !last {
+                sink.emit(Event::Validation {
+                    step,
+                    loss: self.validation_loss_async().await?,
+                });
+            }
+            if every(step, self.config.checkpoint_every) && !last {
+                self.checkpoint(sink)?;
+            }
+        }
+        if !self.data.validation.is_empty() {
+            sink.emit(Event::Validation {
+                step: self.step,
+                loss: self.validation_loss_async().await?,
+            });
+        }
+        self.checkpoint(sink)?;
+        sink.emit(Event::Finished {
+            step: self.step,
+            total_steps: self.total_steps,
+            stopped_early,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            host_peak_bytes: crate::memory::host_peak_bytes(),
+        });
+        Ok(())
+    }
+
+    pub(super) async fn train_step(&mut self) -> Result<StepReport, TrainError> {
+        let warmup = self.config.quantizer_warmup_steps.unwrap_or(0);
+        // Outside the step's time and memory window: drawing the codebook is set-up.
+        if self.step == warmup {
+            self.end_warm_up().await?;
+        }
+        let started = Instant::now();
+        let c = &self.config;
+        let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
+        let first = self.step * c.clips_per_step() as u64;
+        let sizes = c.micro_batch_sizes();
+        // One micro-batch at a time, as the plan measured. A file that fails to read ends
+        // the micro-batches early; the step then refuses to update (Incomplete), and the
+        // file's error is what the run reports.
+        let mut read_error = None;
+        let stream = &mut self.stream;
+        let device = &self.device;
+        let micro_batches = sizes.iter().scan(first, |position, &count| {
+            match stream.batch(*position, count) {
+                Ok(batch) => {
+                    *position += count as u64;
+                    Some(batch.to_tensor(device))
+                }
+                Err(error) => {
+                    read_error = Some(error);
+                    None
+                }
+            }
+        });
+        self.meter.reset_peak();
+        let settings = step::StepSettings {
+            step_patches: c.effective_batch(),
+            lr,
+            clip_norm: c.clip_norm,
+            warming_up: self.step < warmup,
+            precision: c.precision,
+        };
+        let model = self.model.clone();
+        let stepped = step::optimizer_step(
+            model,
+            &mut self.optimizer,
+            micro_batches,
+            settings,
+            &mut self.meter,
+        )
+        .await;
+        if let Some(error) = read_error {
+            return Err(error.into());
+        }
+        let (model, outcome) = stepped?;
+        if !outcome.loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                step: self.step + 1,
+                loss: outcome.loss,
+            });
+        }
+        self.model = model;
+        self.step += 1;
+        let memory = self.meter.sample();
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(StepReport {
+            step: self.step,
+            total_steps: self.total_steps,
+            epoch: self.stream.epoch_of(first),
+            loss: outcome.loss,
+            reconstruction_loss: outcome.reconstruction_loss,
+            lr,
+            grad_norm: outcome.grad_norm,
+            patches_per_s: c.effective_batch() as f64 / seconds,
+            step_ms: seconds * 1e3,
+            micro_batch: c.micro_batch,
+            accumulation: c.accumulation,
+            mem_allocated_bytes: memory.allocated_bytes,
+            mem_peak_bytes: memory.peak_bytes,
+            mem_reserved_bytes: memory.reserved_bytes,
+            mem_budget_bytes: self.meter.budget().and_then(Budget::bytes),
+        })
+    }
+
+    /// Ends the model's warm-up with the train split's patches, read in order on the device
+    /// without autodiff; outside the step's time and memory window, as set-up is.
+    async fn end_warm_up(&mut self) -> Result<(), TrainError> {
+        let plain = self.device.clone().without_autodiff();
+        let mut read_error = None;
+        let mut clips = self.data.train.iter();
+        let mut patches = std::iter::from_fn(|| {
+            let &clip = clips.next()?;
+            match self.patches_of(clip) {
+                Ok(batch) => Some(batch.to_tensor(&plain)),
+                Err(error) => {
+                    read_error = Some(error);
+                    None
+                }
+            }
+        });
+        let model = self
+            .model
+            .clone()
+            .end_warm_up(
+                &mut patches as &mut dyn Iterator<Item = Patches>,
+                self.config.seed,
+            )
+            .await;
+        if let Some(error) = read_error {
+            return Err(error);
+        }
+        self.model = model?;
+        Ok(())
+    }
+}
