@@ -421,7 +421,7 @@ fn the_reader_sees_references_and_circles() {
     let code = code_only(
         "use crate::{events::Event, plan::{Plan, search::{self, Fixed}}};\n\
          // crate::commented::Out\n\
-         let s = \"crate::in_a_string\"; x = crate::memory::human(1); use super::sibling::X;\n\
+         let s = \"crate::in_a_string\"; x = crate::size::human(1); use super::sibling::X;\n\
          #[cfg(test)]\nmod tests { use crate::only_tests::T; }\nuse crate::after::Tests;",
     );
     let (code, _) = without_tests(&code);
@@ -433,7 +433,7 @@ fn the_reader_sees_references_and_circles() {
             "crate::plan::Plan",
             "crate::plan::search",
             "crate::plan::search::Fixed",
-            "crate::memory::human",
+            "crate::size::human",
             "super::sibling::X",
             "crate::after::Tests",
         ]

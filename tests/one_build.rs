@@ -140,6 +140,16 @@ fn the_readmes_release_commands_share_one_burn_build() {
     ]);
 }
 
+/// The README's two commands: the main job's build serves the tests.
+#[test]
+fn the_tests_reuse_the_main_jobs_build() {
+    assert_each_reuses_the_others(&[
+        &["build", "--release", "-p", "trainer-cli"],
+        &["test", "--release", "--no-run", "--workspace"],
+        &["test", "--release", "--no-run", "-p", "trainer-cli"],
+    ]);
+}
+
 #[test]
 fn tests_of_one_package_share_the_workspaces_test_build() {
     assert_each_reuses_the_others(&[

@@ -12,8 +12,8 @@ use burn::nn::conv::{Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfi
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use headroom_core::backend::BackendKind;
+use headroom_core::budget::Budget;
 use headroom_core::events::Event;
-use headroom_core::memory::Budget;
 use headroom_core::model::{
     AnalyticStep, ModelConfig, PatchShape, Patches, SpectrogramModel, StepLoss,
 };

@@ -10,7 +10,7 @@ use headroom_datasets::{ClipStore, FileError, Label, PatchShape, Prefetch};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Normalization, PatchBatch, clip_patches};
-use crate::dataset::{OnBadFile, report_bad_files};
+use crate::data::{OnBadFile, report_bad_files};
 use crate::events::{EvaluationReport, MachineScore, TypeScore};
 use crate::metrics::{partial_auc, roc_auc};
 use crate::model::SpectrogramModel;
@@ -45,7 +45,7 @@ pub struct ScoreSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum ScoreError {
     #[error(transparent)]
-    Data(#[from] crate::dataset::DataError),
+    Data(#[from] crate::data::DataError),
     #[error(transparent)]
     Readback(#[from] crate::readback::ReadbackError),
 }

@@ -1,16 +1,15 @@
 //! Headroom's engine: the default model, memory accounting, the training loop and the
 //! events it reports. No UI code lives here; front-ends consume [`events::Event`]s.
 
+pub mod auto;
 pub mod backend;
 // Native measuring tools; a web page measures through its run's own step events.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
-pub mod budget_source;
+pub mod budget;
 pub mod checkpoint;
-pub mod choose;
 pub mod config;
 pub mod data;
-pub mod dataset;
 pub mod eval;
 pub mod events;
 pub mod memory;
@@ -21,6 +20,7 @@ pub mod planned;
 pub mod precision;
 pub mod probe;
 pub mod readback;
+pub mod size;
 pub mod step;
 pub mod train;
 

@@ -5,7 +5,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
-use crate::memory::{MemoryMeter, MemorySource, OverBudget};
+use crate::budget::OverBudget;
+use crate::memory::{MemoryMeter, MemorySource};
 use crate::model::{Patches, SpectrogramModel, StepLoss};
 use crate::precision::Precision;
 use crate::readback::{self, ReadbackError};

@@ -2,8 +2,8 @@
 //! so that step k no longer fits, and the run must go on with the largest micro-batch that
 //! fits the new budget and end where a run that used that micro-batch from step k on ends.
 
+use headroom_core::budget::Budget;
 use headroom_core::events::Event;
-use headroom_core::memory::Budget;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::train::{DatasetSource, TrainError};
 use headroom_core::{BackendKind, RunLength, RunOptions, TrainConfig, Trainer};

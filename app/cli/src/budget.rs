@@ -4,11 +4,11 @@
 
 use anyhow::{Context, Result};
 use headroom_core::BackendKind;
-use headroom_core::budget_source::{BudgetError, BudgetSource, ResolvedBudget};
-use headroom_core::memory::parse_size;
-use headroom_core::plan::devices;
+use headroom_core::budget::simulated as devices;
+use headroom_core::budget::{BudgetError, BudgetSource, ResolvedBudget};
 use headroom_core::probe::gpus::ProbeSettings;
 use headroom_core::probe::{self, DeviceReport, isolate};
+use headroom_core::size::parse_size;
 
 use crate::args::MemoryArgs;
 

@@ -109,7 +109,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         (Some(root), saved) => Some(DatasetSource::Dcase {
             root: root.clone(),
             machine_type: args.machine_type.clone(),
-            features: headroom_core::dataset::features_of(saved),
+            features: headroom_core::data::features_of(saved),
         }),
         (None, DatasetSource::Dcase { root, features, .. }) if args.machine_type.is_some() => {
             Some(DatasetSource::Dcase {

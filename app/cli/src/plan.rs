@@ -2,14 +2,16 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Context, Result, anyhow};
-use headroom_core::budget_source::{BudgetError, BudgetSource};
+use headroom_core::budget::simulated as devices;
+use headroom_core::budget::{BudgetError, BudgetSource};
 use headroom_core::events::Event;
-use headroom_core::memory::human as gib;
-use headroom_core::memory::{MemoryMeter, parse_size};
+use headroom_core::memory::MemoryMeter;
 use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig, WithModel, with_default};
-use headroom_core::plan::{self, Calibration, Plan, devices};
+use headroom_core::plan::{self, Calibration, Plan};
 use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
+use headroom_core::size::human as gib;
+use headroom_core::size::parse_size;
 use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;

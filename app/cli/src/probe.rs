@@ -1,9 +1,10 @@
 //! `trainer-cli probe`: the devices Headroom could train on, and the auto choice.
 
 use anyhow::Result;
-use headroom_core::choose::choose;
+use headroom_core::auto::choose;
 use headroom_core::probe::gpus::ProbeSettings;
 use headroom_core::probe::{self, DeviceReport, isolate};
+use headroom_core::size::gib;
 
 use crate::args::ProbeArgs;
 
@@ -11,7 +12,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let allocation_cap = if args.no_allocation_probe {
         None
     } else {
-        Some(headroom_core::memory::parse_size(&args.allocation_cap)?)
+        Some(headroom_core::size::parse_size(&args.allocation_cap)?)
     };
     let settings = ProbeSettings {
         allocation_cap,
@@ -40,13 +41,13 @@ pub fn run(args: ProbeArgs) -> Result<()> {
 
 fn memory(figure: &probe::MemoryFigure) -> String {
     match figure.bytes {
-        Some(b) if figure.at_least => format!(">= {}", probe::gib(b)),
-        Some(b) => probe::gib(b),
+        Some(b) if figure.at_least => format!(">= {}", gib(b)),
+        Some(b) => gib(b),
         None => "unknown".to_string(),
     }
 }
 
-fn table(devices: &[DeviceReport], choice: &headroom_core::choose::Choice) -> String {
+fn table(devices: &[DeviceReport], choice: &headroom_core::auto::Choice) -> String {
     let header = [
         "",
         "backend",
@@ -79,8 +80,7 @@ fn table(devices: &[DeviceReport], choice: &headroom_core::choose::Choice) -> St
                 .map(|p| format!("{p:?}").to_lowercase())
                 .collect::<Vec<_>>()
                 .join(","),
-            d.max_allocation_bytes
-                .map_or_else(|| "-".into(), probe::gib),
+            d.max_allocation_bytes.map_or_else(|| "-".into(), gib),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())

@@ -9,7 +9,7 @@ use headroom_core::plan::Breakdown;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub fn mib(bytes: u64) -> String {
-    headroom_core::memory::human(bytes)
+    headroom_core::size::human(bytes)
 }
 
 /// Renders a run as a progress bar plus a memory line beneath it.
@@ -73,7 +73,7 @@ impl ProgressRenderer {
             }),
             Event::Budget { bytes, source } => self.say(format!(
                 "Memory budget: {} ({source})",
-                headroom_core::memory::human(*bytes)
+                headroom_core::size::human(*bytes)
             )),
             Event::DryRun(d) => self.say(describe_dry_run(d)),
             Event::Plan(p) => {

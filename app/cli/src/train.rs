@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use headroom_core::budget::Budget;
 use headroom_core::events::Event;
-use headroom_core::memory::Budget;
 use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
 

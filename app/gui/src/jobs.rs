@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 
 use eframe::egui;
-use headroom_core::choose;
+use headroom_core::auto;
 use headroom_core::events::Event;
 use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::Calibration;
@@ -21,7 +21,7 @@ use headroom_datasets::{ClipReader, FeatureSettings, Prefetch, SyntheticConfig, 
 use crate::dataset::DatasetSummary;
 
 pub enum Message {
-    Probed(Box<(MachineReport, choose::Choice)>),
+    Probed(Box<(MachineReport, auto::Choice)>),
     Scanned(Result<DatasetSummary, String>),
     /// Files the check pass could not read, as it finds them; then `FilesChecked`.
     BadFile(String),
@@ -61,7 +61,7 @@ pub fn probe(outbox: Outbox) {
             software_adapters: false,
         };
         let report = isolate::probe_machine(isolate::TIMEOUT, settings);
-        let choice = choose::choose(&report);
+        let choice = auto::choose(&report);
         outbox.send(Message::Probed(Box::new((report, choice))));
     });
 }

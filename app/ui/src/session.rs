@@ -232,7 +232,7 @@ impl Session {
 }
 
 pub fn human(bytes: u64) -> String {
-    headroom_core::memory::human(bytes)
+    headroom_core::size::human(bytes)
 }
 
 #[cfg(test)]

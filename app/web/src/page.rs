@@ -3,12 +3,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use headroom_core::budget::Budget;
+use headroom_core::budget::{BudgetError, BudgetSource, DEFAULT_FRACTION, ResolvedBudget};
 use headroom_core::checkpoint::CheckpointFiles;
-use headroom_core::dataset::LoaderOptions;
+use headroom_core::data::LoaderOptions;
 use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
-use headroom_core::memory::{Budget, human};
 use headroom_core::model::info_of;
 use headroom_core::{BackendKind, RunOptions, Trainer};
 use headroom_datasets::LoadedFile;
@@ -77,14 +78,17 @@ pub async fn train(
         backend: backend.name().to_string(),
         reason,
     });
-    let (budget_bytes, source) = budget(&settings, backend);
+    let ResolvedBudget {
+        bytes: budget_bytes,
+        source,
+    } = budget(&settings, backend)?;
     sink(Event::Budget {
         bytes: budget_bytes,
         source,
     });
     let defaults = info_of(settings.model_name())?.default_batch;
     let options = RunOptions {
-        planning: settings.planning(budget_bytes, defaults),
+        planning: settings.planning(budget_bytes, defaults)?,
         budget: Some(Budget::new(budget_bytes)),
         pause: Some(PAUSED.clone()),
         stop: Some(STOPPED.clone()),
@@ -237,34 +241,29 @@ async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String)
 }
 
 /// The budget the address gives; else, on the CPU, the room left in WebAssembly's memory
-/// x 0.9, and on WebGPU a gibibyte, since WebGPU does not tell a page its GPU's memory.
-fn budget(settings: &PageSettings, backend: BackendKind) -> (u64, String) {
-    if let Some(bytes) = settings.budget_bytes {
-        return (bytes, format!("given as {}", human(bytes)));
-    }
-    if backend == BackendKind::Wgpu {
-        return (
-            WEBGPU_DEFAULT_BUDGET,
-            format!(
-                "WebGPU does not report the GPU's memory: {} unless the address gives budget=",
-                human(WEBGPU_DEFAULT_BUDGET)
-            ),
-        );
-    }
-    let used = wasm_bindgen::memory()
-        .dyn_into::<js_sys::WebAssembly::Memory>()
-        .map(|m| {
-            m.buffer()
-                .dyn_into::<js_sys::ArrayBuffer>()
-                .map_or(0, |b| b.byte_length() as u64)
-        })
-        .unwrap_or(0);
-    let room = WASM32_MEMORY_BYTES.saturating_sub(used);
-    (
-        (room as f64 * 0.9) as u64,
-        format!(
-            "WebAssembly memory: {} of 4 GiB not yet taken by the page x 0.9",
-            human(room)
-        ),
-    )
+/// x the fraction every front-end takes, and on WebGPU a gibibyte, since WebGPU does not tell
+/// a page its GPU's memory. Resolved by core, as every front-end's budget is.
+fn budget(settings: &PageSettings, backend: BackendKind) -> Result<ResolvedBudget, BudgetError> {
+    let source = match (settings.budget_bytes, backend) {
+        (Some(bytes), _) => BudgetSource::Given(bytes),
+        (None, BackendKind::Wgpu) => BudgetSource::Assumed {
+            bytes: WEBGPU_DEFAULT_BUDGET,
+            why: "WebGPU does not report the GPU's memory (the address' budget= gives another)",
+        },
+        (None, _) => {
+            let used = wasm_bindgen::memory()
+                .dyn_into::<js_sys::WebAssembly::Memory>()
+                .map(|m| {
+                    m.buffer()
+                        .dyn_into::<js_sys::ArrayBuffer>()
+                        .map_or(0, |b| b.byte_length() as u64)
+                })
+                .unwrap_or(0);
+            BudgetSource::Room {
+                free_bytes: WASM32_MEMORY_BYTES.saturating_sub(used),
+                of: "WebAssembly memory of 4 GiB not yet taken by the page",
+            }
+        }
+    };
+    source.resolve(DEFAULT_FRACTION, None)
 }

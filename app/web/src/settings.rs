@@ -1,9 +1,9 @@
 //! A run's settings from the page's address (`?backend=cpu&steps=40&start=1`): what a test or
 //! a teacher's link starts a run with. The keys are `trainer-cli train`'s flags, shortened.
 
-use headroom_core::memory::parse_size;
 use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
-use headroom_core::plan::{Fixed, Planning};
+use headroom_core::plan::{Fixed, Planning, RequestError, SplitPart};
+use headroom_core::size::parse_size;
 use headroom_core::train::{DatasetSource, ResumeChanges};
 use headroom_core::{BackendKind, RunLength, Target, TrainConfig};
 use headroom_datasets::FeatureSettings;
@@ -391,25 +391,33 @@ impl PageSettings {
 
     /// The planner's request, `None` with plan=0: the effective batch the split describes
     /// (the model's defaults where it is open), every part given kept as a constraint.
-    pub fn planning(&self, budget_bytes: u64, defaults: DefaultBatch) -> Option<Planning> {
+    pub fn planning(
+        &self,
+        budget_bytes: u64,
+        defaults: DefaultBatch,
+    ) -> Result<Option<Planning>, SettingsError> {
         if !self.plan {
-            return None;
+            return Ok(None);
         }
-        let effective_batch = self.batch.unwrap_or(defaults.spectrograms)
-            * self.patches.unwrap_or(defaults.patches)
-            * self.accumulation.unwrap_or(1);
-        Some(Planning {
-            budget_bytes,
-            effective_batch,
-            fixed: Fixed {
-                micro_batch: self.batch,
-                n_patches: self.patches,
-                accumulation: self.accumulation,
-                checkpointing: None,
-                precision: None,
-            },
-            preferred_n_patches: Some(defaults.patches),
-        })
+        let fixed = Fixed {
+            micro_batch: self.batch,
+            n_patches: self.patches,
+            accumulation: self.accumulation,
+            checkpointing: None,
+            precision: None,
+        };
+        let planning = Planning::new(budget_bytes, None, fixed, defaults).map_err(|error| {
+            let RequestError::Zero(part) = error;
+            let key = match part {
+                SplitPart::MicroBatch => "batch",
+                SplitPart::PatchesPerSpectrogram => "patches",
+                SplitPart::Accumulation => "accumulation",
+                // The page asks for none: its effective batch is the split's.
+                SplitPart::EffectiveBatch => "batch",
+            };
+            SettingsError::Zero { key }
+        })?;
+        Ok(Some(planning))
     }
 }
 
@@ -473,7 +481,7 @@ mod tests {
             patches: 4,
         };
         let s = PageSettings::parse("batch=2&accumulation=3").unwrap();
-        let planning = s.planning(1 << 30, defaults).unwrap();
+        let planning = s.planning(1 << 30, defaults).unwrap().unwrap();
         assert_eq!(planning.effective_batch, 2 * 4 * 3);
         assert_eq!(planning.fixed.micro_batch, Some(2));
         assert_eq!(planning.fixed.n_patches, None);
@@ -482,7 +490,7 @@ mod tests {
             Err(SettingsError::SplitNeeded)
         );
         let fixed = PageSettings::parse("plan=0&batch=2&patches=4&accumulation=1").unwrap();
-        assert!(fixed.planning(1 << 30, defaults).is_none());
+        assert!(fixed.planning(1 << 30, defaults).unwrap().is_none());
     }
 
     #[test]

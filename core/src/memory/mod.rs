@@ -10,23 +10,7 @@
 //! temporaries freed between them, the pool's slack; figures in docs/BENCHMARKS.md).
 
 pub mod alloc;
-mod budget;
 pub mod large_blocks;
-
-pub use budget::{Budget, OverBudget, SizeError, parse_size};
-
-/// A byte count for people: MiB below a GiB, GiB with two decimals above, so that a
-/// budget and a need close to it still read differently.
-pub fn human(bytes: u64) -> String {
-    const MIB: f64 = (1u64 << 20) as f64;
-    const GIB: f64 = (1u64 << 30) as f64;
-    let b = bytes as f64;
-    if b < GIB {
-        format!("{:.0} MiB", b / MIB)
-    } else {
-        format!("{:.2} GiB", b / GIB)
-    }
-}
 
 /// The process's peak resident memory (`VmHWM` from /proc, the figure Python's
 /// `ru_maxrss` gives on Linux); `None` where /proc does not exist.
@@ -41,6 +25,7 @@ use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
+use crate::budget::{Budget, OverBudget};
 
 /// One reading of a device's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

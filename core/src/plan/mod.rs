@@ -5,7 +5,6 @@
 //! checks the pick with a dry-run step at full size, backing off until one passes.
 
 pub mod calibrate;
-pub mod devices;
 pub mod memory;
 pub mod read_ahead;
 pub mod search;
@@ -270,8 +269,8 @@ pub async fn prepare<C: ModelConfig>(
             last = format!(
                 "{}, measured {} of {}",
                 plan.reason,
-                crate::memory::human(measured_peak),
-                crate::memory::human(planning.budget_bytes)
+                crate::size::human(measured_peak),
+                crate::size::human(planning.budget_bytes)
             );
         }
     }

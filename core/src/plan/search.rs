@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::memory::{HalfCost, LinearCost, MemoryModel};
 use super::read_ahead::ReadAhead;
-use crate::memory::human as gib;
 pub use crate::planned::Plan;
 use crate::planned::describe;
 use crate::precision::Precision;
+use crate::size::human as gib;
 
 /// How much faster a checkpointed or half-precision plan must be predicted than the best
 /// plain f32 plan that fits, to be chosen over it.

@@ -344,7 +344,7 @@ fn figure(reading: &headroom_gpu_memory::Figure) -> MemoryFigure {
 #[cfg(feature = "wgpu")]
 mod allocation {
     use super::{ALLOCATION_STEP, MemoryFigure};
-    use crate::memory::human;
+    use crate::size::human;
     use wgpu::{BufferDescriptor, BufferUsages, DeviceDescriptor, ErrorFilter, PollType};
 
     pub fn probe(adapter: &wgpu::Adapter, cap: u64, why: &str) -> MemoryFigure {

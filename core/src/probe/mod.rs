@@ -1,5 +1,5 @@
 //! What the machine offers for training: every place a run could go (CUDA GPUs, wgpu
-//! adapters, the CPU backends), with memory and precisions; `crate::choose` makes the
+//! adapters, the CPU backends), with memory and precisions; `crate::auto` makes the
 //! `--backend auto` choice from it.
 //!
 //! GPU drivers can hang or crash the process that asks them, so the GPU half of the probe
@@ -81,11 +81,6 @@ impl MemoryFigure {
     }
 }
 
-/// Bytes as GiB with one decimal, the unit device memory is quoted in.
-pub fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
-
 /// One place training could run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceReport {
@@ -107,32 +102,6 @@ pub struct DeviceReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<crate::backend::DeviceTarget>,
     pub notes: Vec<String>,
-}
-
-impl DeviceReport {
-    /// A training budget on this device: `fraction` of its free memory (of its total when
-    /// free is unknown), with the words that say where it came from; `Err` says why none.
-    pub fn budget(&self, fraction: f64) -> Result<(u64, String), String> {
-        let name = if self.backend.is_host() {
-            "RAM"
-        } else {
-            &self.name
-        };
-        let (bytes, what) = match (self.free_memory.bytes, self.total_memory.bytes) {
-            (Some(free), _) => (free, "free"),
-            (None, Some(total)) => (total, "total (free unknown)"),
-            (None, None) => {
-                return Err(format!(
-                    "the free memory of {} is unknown ({})",
-                    self.name, self.free_memory.source
-                ));
-            }
-        };
-        Ok((
-            (bytes as f64 * fraction) as u64,
-            format!("{name} {what} {} x {fraction}", crate::memory::human(bytes)),
-        ))
-    }
 }
 
 /// The device a run trains on, in words, for people rather than for burn: the CPU's model

@@ -6,8 +6,8 @@ use burn::tensor::Device;
 use crate::backend::Target;
 use crate::checkpoint;
 use crate::config::{DatasetSource, TrainConfig};
+use crate::data::{self, LoaderOptions, RunData};
 use crate::data::{Normalization, clip_patches};
-use crate::dataset::{self, LoaderOptions, RunData};
 use crate::eval::{self, ScoreSettings};
 use crate::model::{ModelConfig, SpectrogramModel, WithModel, with_model};
 use crate::precision::Precision;
@@ -128,7 +128,7 @@ pub async fn evaluate_checkpoint_async(
                 } = self;
                 let device = config.target().training_device(false)?;
                 let loaded = checkpoint::load::<C>(path, &device)?;
-                let data = dataset::open(&config, &loader)?;
+                let data = data::open(&config, &loader)?;
                 let plain = device.without_autodiff();
                 let settings = ScoreSettings {
                     shape: model.input(),

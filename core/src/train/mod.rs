@@ -36,12 +36,13 @@ pub use planning::plan_only;
 pub use planning::plan_only_async;
 
 use crate::backend::BackendError;
+use crate::budget::Budget;
 use crate::checkpoint::CheckpointError;
+use crate::data::{DataError, LoaderOptions, RunData};
 use crate::data::{Normalization, TrainStream};
-use crate::dataset::{DataError, LoaderOptions, RunData};
 use crate::eval::{self, ClipScore};
 use crate::events::{EvaluationReport, Event};
-use crate::memory::{Budget, MemoryMeter};
+use crate::memory::MemoryMeter;
 use crate::model::{ModelError, SpectrogramModel};
 use crate::plan::{Calibration, Plan, Planning, PlanningError};
 use crate::readback::ReadbackError;

@@ -2,7 +2,7 @@
 //! planning a resumed run, which keeps its effective batch.
 
 use crate::config::TrainConfig;
-use crate::dataset::{self, LoaderOptions};
+use crate::data::{self, LoaderOptions};
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
 use crate::model::{ModelConfig, WithModel, with_model};
@@ -113,7 +113,7 @@ pub async fn plan_only_async(
                     sink,
                 } = self;
                 config.validate()?;
-                let mut data = dataset::open(&config, loader)?;
+                let mut data = data::open(&config, loader)?;
                 data.check(config.patch_spec(model.input()))?;
                 let model = model.for_machines(&data.machines)?;
                 let resident = data.store.is_resident();

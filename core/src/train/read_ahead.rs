@@ -3,7 +3,7 @@
 use headroom_datasets::PatchShape;
 
 use crate::config::TrainConfig;
-use crate::dataset::LoaderOptions;
+use crate::data::LoaderOptions;
 use crate::plan::ReadAhead;
 
 /// What the train stream holds while reading ahead, as the planner counts it: each

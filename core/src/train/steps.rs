@@ -3,8 +3,8 @@
 
 use web_time::Instant;
 
+use crate::budget::Budget;
 use crate::events::{Event, EventSink, StepReport};
-use crate::memory::Budget;
 use crate::model::{Patches, SpectrogramModel};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;

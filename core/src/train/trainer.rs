@@ -1,12 +1,13 @@
 //! Making a run: fresh, or from a checkpoint (on disk or in memory), its data opened and
 //! checked, planned, and its stream set up; and what the run says of itself.
 
+use crate::budget::Budget;
 use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::{ConfigError, ResumeChanges, TrainConfig};
 use crate::data::TrainStream;
-use crate::dataset::{self, RunData};
+use crate::data::{self, RunData};
 use crate::events::{DatasetReport, RunInfo};
-use crate::memory::{Budget, MemoryMeter};
+use crate::memory::MemoryMeter;
 use crate::model::{ModelConfig, ModelSpec, SpectrogramModel};
 use crate::plan::Plan;
 #[cfg(not(target_arch = "wasm32"))]
@@ -36,7 +37,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 step: state.step,
             });
         }
-        let mut data = dataset::open(&config, &options.loader)?;
+        let mut data = data::open(&config, &options.loader)?;
         let normalization = data.check(config.patch_spec(model_config.input()))?;
         let model_config = model_config.for_machines(&data.machines)?;
         let mut config = config;
@@ -89,7 +90,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let mut config = files.state(name)?.config;
         let model_config: M::Config = config.model.config()?;
         changes.apply(&mut config);
-        let mut data = dataset::open(&config, &options.loader)?;
+        let mut data = data::open(&config, &options.loader)?;
         // The same check as at the start, so the same bad files are left out; the
         // normalization stays the saved one.
         data.check(config.patch_spec(model_config.input()))?;

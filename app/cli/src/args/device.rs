@@ -2,7 +2,7 @@
 //! chose) and the seeds' `--device`.
 
 use clap::ValueEnum;
-use headroom_core::choose;
+use headroom_core::auto;
 use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::probe::gpus::ProbeSettings;
 use headroom_core::probe::isolate;
@@ -47,8 +47,8 @@ impl Backend {
         match self {
             Backend::Auto => {
                 let report = isolate::probe_machine(isolate::TIMEOUT, ProbeSettings::AUTO);
-                let choice = choose::decide(choose::choose(&report), |device| {
-                    choose::quick_benchmark(device, model)
+                let choice = auto::decide(auto::choose(&report), |device| {
+                    auto::quick_benchmark(device, model)
                 });
                 Resolved {
                     kind: choice.backend,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use headroom_core::budget_source::DEFAULT_FRACTION;
+use headroom_core::budget::DEFAULT_FRACTION;
 use headroom_core::precision::Precision;
 use headroom_datasets::PatchPlacement;
 
@@ -195,22 +195,22 @@ impl Default for LoaderArgs {
 }
 
 impl LoaderArgs {
-    pub fn options(&self) -> anyhow::Result<headroom_core::dataset::LoaderOptions> {
+    pub fn options(&self) -> anyhow::Result<headroom_core::data::LoaderOptions> {
         use anyhow::Context;
         anyhow::ensure!(self.prefetch >= 1, "--prefetch must be at least 1 (got 0)");
         anyhow::ensure!(
             self.loader_workers >= 1,
             "--loader-workers must be at least 1 (got 0)"
         );
-        let host_memory_bytes = headroom_core::memory::parse_size(&self.host_memory)
+        let host_memory_bytes = headroom_core::size::parse_size(&self.host_memory)
             .with_context(|| format!("--host-memory {:?}", self.host_memory))?;
-        Ok(headroom_core::dataset::LoaderOptions {
+        Ok(headroom_core::data::LoaderOptions {
             workers: self.loader_workers,
             prefetch: self.prefetch,
             host_memory_bytes,
             on_bad_file: match self.on_bad_file {
-                BadFile::Fail => headroom_core::dataset::OnBadFile::Fail,
-                BadFile::Skip => headroom_core::dataset::OnBadFile::Skip,
+                BadFile::Fail => headroom_core::data::OnBadFile::Fail,
+                BadFile::Skip => headroom_core::data::OnBadFile::Skip,
             },
             cache: self.cache.clone(),
             files: None,

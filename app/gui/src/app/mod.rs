@@ -8,13 +8,12 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Color32, RichText};
-use headroom_core::budget_source::{BudgetSource as CoreSource, DEFAULT_FRACTION};
-use headroom_core::choose::Choice;
-use headroom_core::memory::Budget;
+use headroom_core::auto::Choice;
+use headroom_core::budget::Budget;
+use headroom_core::budget::simulated as devices;
+use headroom_core::budget::{BudgetSource as CoreSource, DEFAULT_FRACTION};
 use headroom_core::model::{ModelConfig, WithModel, with_default};
-use headroom_core::plan::{
-    Breakdown, Calibration, Fixed, Plan, Planning, breakdown_of, devices, search,
-};
+use headroom_core::plan::{Breakdown, Calibration, Fixed, Plan, Planning, breakdown_of, search};
 use headroom_core::precision::Precision;
 use headroom_core::probe::{DeviceReport, MachineReport};
 use headroom_core::train::{DatasetSource, Evaluation};
@@ -207,7 +206,7 @@ impl HeadroomApp {
             settings,
         };
         if let Some(report) = machine {
-            let choice = headroom_core::choose::choose(&report);
+            let choice = headroom_core::auto::choose(&report);
             app.probed(report, choice);
         }
         if let Some(root) = app.settings.data_root.clone() {
@@ -248,9 +247,9 @@ impl HeadroomApp {
             BudgetSource::Simulated(i) => {
                 CoreSource::Simulated(*devices::DEVICES.get(*i).ok_or("no such simulated device")?)
             }
-            BudgetSource::Custom(text) => CoreSource::Given(
-                headroom_core::memory::parse_size(text).map_err(|e| e.to_string())?,
-            ),
+            BudgetSource::Custom(text) => {
+                CoreSource::Given(headroom_core::size::parse_size(text).map_err(|e| e.to_string())?)
+            }
         };
         source
             .resolve(DEFAULT_FRACTION, self.device())
@@ -389,8 +388,8 @@ impl HeadroomApp {
             }),
             budget: Some(Budget::new(budget)),
             // The dataset panel lists bad files; training goes on without them.
-            loader: headroom_core::dataset::LoaderOptions {
-                on_bad_file: headroom_core::dataset::OnBadFile::Skip,
+            loader: headroom_core::data::LoaderOptions {
+                on_bad_file: headroom_core::data::OnBadFile::Skip,
                 ..Default::default()
             },
             ..RunOptions::default()

@@ -2,9 +2,9 @@
 //! or the device's free memory, the last two times a fraction. Every front-end resolves its
 //! budget here, so the same choice gives the same bytes and the same words everywhere.
 
-use crate::memory::human;
-use crate::plan::devices::SimulatedDevice;
+use super::simulated::SimulatedDevice;
 use crate::probe::DeviceReport;
+use crate::size::human;
 
 /// The fraction of a device's memory a budget takes unless the user says otherwise: what
 /// the rest of the process and the driver need is outside the plan.
@@ -19,6 +19,12 @@ pub enum BudgetSource {
     Simulated(SimulatedDevice),
     /// The training device's free memory (its total where free is unknown) x the fraction.
     FreeMemory,
+    /// Room the front-end measured itself where no probe can (a web page's WebAssembly
+    /// memory not yet taken) x the fraction; `of` says what it is.
+    Room { free_bytes: u64, of: &'static str },
+    /// A figure taken where the device does not say its memory (WebGPU in a page); `why`
+    /// says so and how to give another.
+    Assumed { bytes: u64, why: &'static str },
 }
 
 /// A budget and the words that say where it came from ("RAM free 23.10 GiB x 0.9").
@@ -58,22 +64,53 @@ impl BudgetSource {
                 bytes: (d.memory_bytes as f64 * fraction) as u64,
                 source: format!("simulated {} x {fraction}", d.label),
             }),
+            BudgetSource::Room { free_bytes, of } => Ok(ResolvedBudget {
+                bytes: (*free_bytes as f64 * fraction) as u64,
+                source: format!("{of}: {} x {fraction}", human(*free_bytes)),
+            }),
+            BudgetSource::Assumed { bytes, why } => Ok(ResolvedBudget {
+                bytes: *bytes,
+                source: format!("{why}: {}", human(*bytes)),
+            }),
             BudgetSource::FreeMemory => {
                 let device = device.ok_or(BudgetError::NoDevice)?;
-                let (bytes, source) = device
-                    .budget(fraction)
-                    .map_err(BudgetError::UnknownFreeMemory)?;
+                let (bytes, source) =
+                    free_memory(device, fraction).map_err(BudgetError::UnknownFreeMemory)?;
                 Ok(ResolvedBudget { bytes, source })
             }
         }
     }
 }
 
+/// A training budget on `device`: `fraction` of its free memory (of its total when free is
+/// unknown), with the words that say where it came from; `Err` says why none.
+fn free_memory(device: &DeviceReport, fraction: f64) -> Result<(u64, String), String> {
+    let name = if device.backend.is_host() {
+        "RAM"
+    } else {
+        &device.name
+    };
+    let (bytes, what) = match (device.free_memory.bytes, device.total_memory.bytes) {
+        (Some(free), _) => (free, "free"),
+        (None, Some(total)) => (total, "total (free unknown)"),
+        (None, None) => {
+            return Err(format!(
+                "the free memory of {} is unknown ({})",
+                device.name, device.free_memory.source
+            ));
+        }
+    };
+    Ok((
+        (bytes as f64 * fraction) as u64,
+        format!("{name} {what} {} x {fraction}", human(bytes)),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
-    use crate::plan::devices;
+    use crate::budget::simulated as devices;
     use crate::probe::MemoryFigure;
 
     fn cpu(free: Option<u64>) -> DeviceReport {
@@ -135,6 +172,35 @@ mod tests {
         assert_eq!(
             BudgetSource::Given(1).resolve(1.5, None),
             Err(BudgetError::Fraction(1.5))
+        );
+    }
+
+    /// A page's budget: the room it measured x the fraction, or the figure it assumes.
+    #[test]
+    fn a_page_measures_its_room_or_says_what_it_assumes() {
+        let room = BudgetSource::Room {
+            free_bytes: 1000,
+            of: "WebAssembly memory not yet taken by the page",
+        }
+        .resolve(DEFAULT_FRACTION, None)
+        .unwrap();
+        assert_eq!(room.bytes, 900);
+        assert!(
+            room.source
+                .starts_with("WebAssembly memory not yet taken by the page: ")
+        );
+        assert!(room.source.ends_with(" x 0.9"), "{}", room.source);
+        let assumed = BudgetSource::Assumed {
+            bytes: 1 << 30,
+            why: "WebGPU does not report the GPU's memory",
+        }
+        .resolve(DEFAULT_FRACTION, None)
+        .unwrap();
+        assert_eq!(assumed.bytes, 1 << 30, "no fraction of an assumed figure");
+        assert!(
+            assumed.source.starts_with("WebGPU does not report"),
+            "{}",
+            assumed.source
         );
     }
 }

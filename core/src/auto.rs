@@ -7,7 +7,8 @@ use crate::model::vq_patch_ae::StepForms;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::model::{ModelConfig, WithModel, with_default};
 use crate::plan::memory;
-use crate::probe::{DeviceClass, DeviceReport, MachineReport, gib};
+use crate::probe::{DeviceClass, DeviceReport, MachineReport};
+use crate::size::gib;
 
 /// Free memory a GPU must have for auto to consider it: twice the analytic size of the
 /// model's smallest step (one patch per micro-batch; parameters, gradients, AdamW moments,

@@ -1,5 +1,10 @@
 //! A run's clips: the dataset's index split into train, validation and test, read lazily
-//! through a [`ClipStore`], and the loader settings that bound the host memory reading takes.
+//! through a [`ClipStore`], and the loader settings that bound the host memory reading takes;
+//! [`stream`] turns them into micro-batches of patches.
+
+mod stream;
+
+pub use stream::{Normalization, PatchBatch, TrainStream, clip_patches};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,7 +18,6 @@ use headroom_datasets::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DatasetSource, TrainConfig};
-use crate::data::Normalization;
 use crate::model::Machine;
 
 /// What to do with a file that cannot be a clip.

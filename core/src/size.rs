@@ -1,39 +1,22 @@
-//! A memory budget the trainer treats like the size of its device, shared so that it can be
-//! changed while a run is going (a test lowers it to force an out-of-memory at a chosen step).
+//! Sizes in bytes as people write and read them: "2GiB" parsed, "1.50 GiB" printed. At the
+//! bottom, so that the probe, the budget and the meter all say sizes alike.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::human;
-
-/// Bytes the run may use; clones share one value.
-#[derive(Debug, Clone, Default)]
-pub struct Budget(Arc<AtomicU64>);
-
-impl Budget {
-    pub fn new(bytes: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(bytes)))
-    }
-
-    /// The budget now; `None` once it has been lifted (set to 0).
-    pub fn bytes(&self) -> Option<u64> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            b => Some(b),
-        }
-    }
-
-    pub fn set(&self, bytes: u64) {
-        self.0.store(bytes, Ordering::Relaxed);
+/// A byte count for people: MiB below a GiB, GiB with two decimals above, so that a
+/// budget and a need close to it still read differently.
+pub fn human(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    const GIB: f64 = (1u64 << 30) as f64;
+    let b = bytes as f64;
+    if b < GIB {
+        format!("{:.0} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / GIB)
     }
 }
 
-/// A measured peak above the budget: out-of-memory as far as the run is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("out of memory: the step reached {} of a {} budget", human(*peak_bytes), human(*budget_bytes))]
-pub struct OverBudget {
-    pub peak_bytes: u64,
-    pub budget_bytes: u64,
+/// Bytes as GiB with one decimal, the unit device memory is quoted in.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,15 +66,5 @@ mod tests {
             let err = parse_size(bad).unwrap_err().to_string();
             assert!(err.contains("512MiB"), "{bad}: {err}");
         }
-    }
-
-    #[test]
-    fn clones_share_one_budget_and_zero_lifts_it() {
-        let budget = Budget::new(100);
-        let shared = budget.clone();
-        shared.set(50);
-        assert_eq!(budget.bytes(), Some(50));
-        shared.set(0);
-        assert_eq!(budget.bytes(), None);
     }
 }
