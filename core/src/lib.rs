@@ -20,6 +20,7 @@ pub mod planned;
 pub mod precision;
 pub mod probe;
 pub mod readback;
+pub mod resume;
 pub mod size;
 pub mod step;
 pub mod train;

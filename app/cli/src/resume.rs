@@ -3,7 +3,8 @@
 //! learning rate, the seed) is refused with the flags named.
 
 use anyhow::Result;
-use headroom_core::train::{DatasetSource, ResumeChanges};
+use headroom_core::resume::{Identity, Refusal, Saved, Setting};
+use headroom_core::train::ResumeChanges;
 use headroom_core::{RunLength, Target, TrainConfig};
 use headroom_datasets::PatchPlacement;
 
@@ -23,99 +24,68 @@ fn length_words(length: RunLength) -> String {
     }
 }
 
-fn placement_words(p: PatchPlacement) -> &'static str {
-    match p {
-        PatchPlacement::Even => "even",
-        PatchPlacement::Random => "random",
+/// A refused setting in the words of its flag.
+fn refusal_words(refusal: &Refusal, args: &TrainArgs) -> String {
+    let flag = match refusal.setting {
+        Setting::Model => "--model",
+        Setting::LearningRate => "--lr",
+        Setting::ClipNorm => "--clip-norm",
+        Setting::Seed => "--seed",
+        Setting::Stride => "--stride",
+        Setting::PatchesPerSpectrogram => "--n-patches",
+        Setting::Placement => "--placement",
+        Setting::EffectiveBatch => "--effective-batch",
+        Setting::MachineIds => "--machine-ids",
+        Setting::TrainClipsPerId => "--train-clips-per-id",
+        Setting::TestClipsPerId => "the test clips per ID",
+        Setting::MicroBatchTimesAccumulation => {
+            let (mb, acc) = (
+                args.split.batch_size.unwrap_or_default(),
+                args.split.gradient_accumulation_steps.unwrap_or_default(),
+            );
+            return format!(
+                "--batch-size {mb} with --gradient-accumulation-steps {acc} (an effective batch \
+                 of {} patches; the run's is {})",
+                refusal.given,
+                match &refusal.saved {
+                    Saved::Value(v) => v.as_str(),
+                    Saved::Recordings(_) => "another",
+                }
+            );
+        }
+    };
+    match &refusal.saved {
+        Saved::Value(was) => format!("{flag} {} (the run has {was})", refusal.given),
+        Saved::Recordings(root) => format!(
+            "{flag} {} (the run reads the recordings under {})",
+            refusal.given,
+            root.display()
+        ),
     }
 }
 
 /// The flags given with `--resume` against the saved run's configuration.
 pub fn changes(args: &TrainArgs, saved: &TrainConfig, target: Option<Target>) -> Result<Resume> {
-    let mut refused = Vec::new();
-    let mut differs = |flag: &str, given: Option<String>, was: String| {
-        if let Some(given) = given
-            && given != was
-        {
-            refused.push(format!("{flag} {given} (the run has {was})"));
-        }
+    let identity = Identity {
+        model: args.model.clone(),
+        lr: args.lr,
+        clip_norm: args.clip_norm,
+        seed: args.seed,
+        stride: args.stride,
+        n_patches: args.split.n_patches,
+        placement: args.placement.map(PatchPlacement::from),
+        effective_batch: args.memory.effective_batch,
+        micro_batch: args.split.batch_size,
+        accumulation: args.split.gradient_accumulation_steps,
+        machine_ids: args.machine_ids,
+        train_clips_per_id: args.train_clips_per_id,
+        test_clips_per_id: None,
     };
-    differs("--model", args.model.clone(), saved.model.name.clone());
-    differs("--lr", args.lr.map(|v| v.to_string()), saved.lr.to_string());
-    differs(
-        "--clip-norm",
-        args.clip_norm.map(|v| v.to_string()),
-        saved.clip_norm.map_or("none".into(), |v| v.to_string()),
-    );
-    differs(
-        "--seed",
-        args.seed.map(|v| v.to_string()),
-        saved.seed.to_string(),
-    );
-    differs(
-        "--stride",
-        args.stride.map(|v| v.to_string()),
-        saved.stride.to_string(),
-    );
-    differs(
-        "--n-patches",
-        args.split.n_patches.map(|v| v.to_string()),
-        saved.n_patches.to_string(),
-    );
-    differs(
-        "--placement",
-        args.placement
-            .map(|p| placement_words(PatchPlacement::from(p)).to_string()),
-        placement_words(saved.placement).to_string(),
-    );
-    differs(
-        "--effective-batch",
-        args.memory.effective_batch.map(|v| v.to_string()),
-        saved.effective_batch().to_string(),
-    );
-    match &saved.dataset {
-        DatasetSource::Synthetic(synthetic) => {
-            differs(
-                "--machine-ids",
-                args.machine_ids.map(|v| v.to_string()),
-                synthetic.machine_ids.to_string(),
-            );
-            differs(
-                "--train-clips-per-id",
-                args.train_clips_per_id.map(|v| v.to_string()),
-                synthetic.train_per_id.to_string(),
-            );
-        }
-        DatasetSource::Dcase { root, .. } => {
-            for (flag, given) in [
-                ("--machine-ids", args.machine_ids.map(|v| v.to_string())),
-                (
-                    "--train-clips-per-id",
-                    args.train_clips_per_id.map(|v| v.to_string()),
-                ),
-            ] {
-                if let Some(given) = given {
-                    refused.push(format!(
-                        "{flag} {given} (the run reads the recordings under {})",
-                        root.display()
-                    ));
-                }
-            }
-        }
-    }
-    if let (Some(micro_batch), Some(accumulation)) = (
-        args.split.batch_size,
-        args.split.gradient_accumulation_steps,
-    ) {
-        let implied = micro_batch * accumulation * saved.n_patches;
-        if implied != saved.effective_batch() {
-            refused.push(format!(
-                "--batch-size {micro_batch} with --gradient-accumulation-steps {accumulation} \
-                 (an effective batch of {implied} patches; the run's is {})",
-                saved.effective_batch()
-            ));
-        }
-    }
+    let mut refused: Vec<String> = identity
+        .refusals(saved)
+        .into_iter()
+        .map(|refusal| refusal_words(&refusal, args))
+        .collect();
     if args.no_plan {
         // Without a plan the saved split is the run's: there is nothing to apply these to.
         for (flag, given) in [

@@ -3,6 +3,7 @@
 
 use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{Fixed, Planning, RequestError, SplitPart};
+use headroom_core::resume::{Identity, Refusal, Saved, Setting};
 use headroom_core::size::parse_size;
 use headroom_core::train::{DatasetSource, ResumeChanges};
 use headroom_core::{BackendKind, RunLength, Target, TrainConfig};
@@ -322,61 +323,19 @@ impl PageSettings {
         saved: &TrainConfig,
         backend: BackendKind,
     ) -> Result<ResumeChanges, SettingsError> {
-        let mut refused = Vec::new();
-        let mut differs = |key: &str, given: Option<String>, was: String| {
-            if let Some(given) = given
-                && given != was
-            {
-                refused.push(format!("`{key}={given}` (the run has {was})"));
-            }
+        let identity = Identity {
+            model: self.model.clone(),
+            lr: self.lr,
+            seed: self.seed,
+            n_patches: self.patches,
+            micro_batch: self.batch,
+            accumulation: self.accumulation,
+            machine_ids: self.ids,
+            train_clips_per_id: self.train_clips,
+            test_clips_per_id: self.test_clips,
+            ..Identity::default()
         };
-        differs("model", self.model.clone(), saved.model.name.clone());
-        differs(
-            "seed",
-            self.seed.map(|v| v.to_string()),
-            saved.seed.to_string(),
-        );
-        differs("lr", self.lr.map(|v| v.to_string()), saved.lr.to_string());
-        let patches = self.patches.unwrap_or(saved.n_patches);
-        differs(
-            "patches",
-            self.patches.map(|v| v.to_string()),
-            saved.n_patches.to_string(),
-        );
-        if let (Some(batch), Some(accumulation)) = (self.batch, self.accumulation) {
-            differs(
-                "batch x accumulation x patches",
-                Some((batch * accumulation * patches).to_string()),
-                saved.effective_batch().to_string(),
-            );
-        }
-        let built_in = [
-            ("ids", self.ids.map(|v| v as usize)),
-            ("train_clips", self.train_clips),
-            ("test_clips", self.test_clips),
-        ];
-        match &saved.dataset {
-            DatasetSource::Synthetic(synthetic) => {
-                let was = [
-                    synthetic.machine_ids as usize,
-                    synthetic.train_per_id,
-                    synthetic.test_normal_per_id,
-                ];
-                for ((key, given), was) in built_in.into_iter().zip(was) {
-                    differs(key, given.map(|v| v.to_string()), was.to_string());
-                }
-            }
-            DatasetSource::Dcase { root, .. } => {
-                for (key, given) in built_in {
-                    if let Some(given) = given {
-                        refused.push(format!(
-                            "`{key}={given}` (the run reads the recordings in {})",
-                            root.display()
-                        ));
-                    }
-                }
-            }
-        }
+        let refused: Vec<String> = identity.refusals(saved).iter().map(refusal_words).collect();
         if !refused.is_empty() {
             return Err(SettingsError::ChangesResumedRun {
                 changes: refused.join(", "),
@@ -418,6 +377,33 @@ impl PageSettings {
             SettingsError::Zero { key }
         })?;
         Ok(Some(planning))
+    }
+}
+
+/// A refused setting in the words of the address' key.
+fn refusal_words(refusal: &Refusal) -> String {
+    let key = match refusal.setting {
+        Setting::Model => "model",
+        Setting::LearningRate => "lr",
+        Setting::Seed => "seed",
+        Setting::PatchesPerSpectrogram => "patches",
+        Setting::MicroBatchTimesAccumulation => "batch x accumulation x patches",
+        Setting::MachineIds => "ids",
+        Setting::TrainClipsPerId => "train_clips",
+        Setting::TestClipsPerId => "test_clips",
+        // Not keys of the address: the page never gives them.
+        Setting::ClipNorm => "clip norm",
+        Setting::Stride => "stride",
+        Setting::Placement => "placement",
+        Setting::EffectiveBatch => "effective batch",
+    };
+    match &refusal.saved {
+        Saved::Value(was) => format!("`{key}={}` (the run has {was})", refusal.given),
+        Saved::Recordings(root) => format!(
+            "`{key}={}` (the run reads the recordings in {})",
+            refusal.given,
+            root.display()
+        ),
     }
 }
 
