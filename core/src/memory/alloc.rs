@@ -110,7 +110,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAllocator<A> {
 /// back to the kernel. A training step frees and reallocates the same large buffers every
 /// step; by default glibc serves buffers over 128 KiB-32 MiB with `mmap` and unmaps them on
 /// free, so each step pays page faults to refill them and, with two or more threads, TLB
-/// shootdowns on every unmap. Measured on the flex step (docs/BENCHMARKS.md): 1.4-1.7x
+/// shootdowns on every unmap. Measured on the flex step (docs/BENCHMARKS-HISTORY.md): 1.4-1.7x
 /// more patches/s, same peak RSS; mimalloc gave the same speed with 40-70% more RSS.
 ///
 /// Blocks glibc will not keep (over 32 MiB) are kept by the counting allocator itself

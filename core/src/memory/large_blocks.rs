@@ -4,7 +4,7 @@
 //! glibc serves every block over 32 MiB (its largest mmap threshold, which `mallopt` cannot
 //! raise) with its own `mmap` and unmaps it on free. At micro-batch 64 the model's largest
 //! activations are 33.5 MB, so each step faulted them in again page by page: the
-//! transpose convolution producing one took 86 ms instead of 23 (docs/BENCHMARKS.md). A
+//! transpose convolution producing one took 86 ms instead of 23 (docs/BENCHMARKS-HISTORY.md). A
 //! training step allocates the same sizes every step, so an exact-size cache of a few
 //! blocks serves them.
 //!

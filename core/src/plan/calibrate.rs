@@ -25,7 +25,7 @@ pub const CALIBRATION_PATCHES: [usize; 2] = [4, 16];
 /// moments, the backend's buffers) and a part per patch, and the calibration must see the
 /// second: the default model's 16 patches hold 33 MiB, but 16 of dcase-ae's 640-value frame
 /// stacks hold 0.3 MiB, under the noise of its 5 MiB fixed part, and planning thousands of
-/// stacks from them fell 1.7-5.2x short (docs/BENCHMARKS.md).
+/// stacks from them fell 1.7-5.2x short (docs/BENCHMARKS-HISTORY.md).
 pub const CALIBRATION_BYTES: u64 = 16 << 20;
 
 /// The two calibration sizes for a model: the larger holds [`CALIBRATION_BYTES`] of

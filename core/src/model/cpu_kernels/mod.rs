@@ -6,7 +6,8 @@
 //! separate bias and ReLU passes (forward and backward) of the plain path go. Backward is ours:
 //! burn's default computes a weight gradient as a convolution with batch and channels
 //! swapped, GEMMs of 9-16 rows (gemm's narrow `x1x6` micro-kernel was 14% of a step's
-//! samples); weight gradients took about 40% of a CPU training step (docs/BENCHMARKS.md).
+//! samples); weight gradients took about 40% of a CPU training step
+//! (docs/BENCHMARKS-HISTORY.md).
 //! The autodiff side, one op per layer keeping only its output, is shared with the GPU
 //! layers (`model::output_only`). Only flex implements this extension: other devices keep
 //! burn's convolutions or their own forms (see `model::conv`).
