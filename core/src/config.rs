@@ -182,14 +182,58 @@ impl ResumeChanges {
     }
 }
 
+/// A setting of a run as core names it in errors and refusals; each front-end words it as its
+/// own flag, address key or field, so that no error of core's names a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Model,
+    LearningRate,
+    ClipNorm,
+    Seed,
+    Stride,
+    /// The stride test clips are scored at: only a hand-edited saved configuration sets it.
+    ScoringStride,
+    MicroBatch,
+    Accumulation,
+    PatchesPerSpectrogram,
+    Placement,
+    EffectiveBatch,
+    /// Micro-batch and accumulation given together: the effective batch they imply.
+    MicroBatchTimesAccumulation,
+    MachineIds,
+    TrainClipsPerId,
+    TestClipsPerId,
+}
+
+impl Setting {
+    /// The setting in plain words, for a message that names no flag.
+    pub fn words(self) -> &'static str {
+        match self {
+            Setting::Model => "the model",
+            Setting::LearningRate => "the learning rate",
+            Setting::ClipNorm => "the gradient clipping norm",
+            Setting::Seed => "the seed",
+            Setting::Stride => "the stride between patches",
+            Setting::ScoringStride => "the scoring stride in the run's saved configuration",
+            Setting::MicroBatch => "the micro-batch",
+            Setting::Accumulation => "the accumulation",
+            Setting::PatchesPerSpectrogram => "the patches per spectrogram",
+            Setting::Placement => "the patch placement",
+            Setting::EffectiveBatch => "the effective batch",
+            Setting::MicroBatchTimesAccumulation => "micro-batch x accumulation",
+            Setting::MachineIds => "the machine IDs",
+            Setting::TrainClipsPerId => "the train clips per ID",
+            Setting::TestClipsPerId => "the test clips per ID",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
-    #[error("{name} must be at least 1 (got 0)")]
-    Zero { name: &'static str },
-    #[error("--lr must be a positive finite number (got {0})")]
-    LearningRate(f64),
-    #[error("--clip-norm must be a positive finite number (got {0})")]
-    ClipNorm(f64),
+    #[error("{} must be at least 1 (got 0)", .0.words())]
+    Zero(Setting),
+    #[error("{} must be a positive finite number (got {value})", .setting.words())]
+    NotPositive { setting: Setting, value: f64 },
     #[error(
         "a step of {step_clips} spectrograms cannot be split into {accumulation} micro-batches \
          of at most {micro_batch}; use accumulation {expected}"
@@ -289,25 +333,27 @@ impl TrainConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, value) in [
-            ("--batch-size", self.micro_batch),
-            ("--n-patches", self.n_patches),
-            ("--stride", self.stride),
-            ("--gradient-accumulation-steps", self.accumulation),
-            // Not a flag: only a hand-edited saved configuration can set it.
-            ("eval_stride in the run's config.json", self.eval_stride),
+        for (setting, value) in [
+            (Setting::MicroBatch, self.micro_batch),
+            (Setting::PatchesPerSpectrogram, self.n_patches),
+            (Setting::Stride, self.stride),
+            (Setting::Accumulation, self.accumulation),
+            (Setting::ScoringStride, self.eval_stride),
         ] {
             if value == 0 {
-                return Err(ConfigError::Zero { name });
+                return Err(ConfigError::Zero(setting));
             }
         }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(ConfigError::LearningRate(self.lr));
-        }
-        if let Some(c) = self.clip_norm
-            && !(c.is_finite() && c > 0.0)
-        {
-            return Err(ConfigError::ClipNorm(c));
+        let positive = |setting, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::NotPositive { setting, value })
+            }
+        };
+        positive(Setting::LearningRate, self.lr)?;
+        if let Some(c) = self.clip_norm {
+            positive(Setting::ClipNorm, c)?;
         }
         if let Some(clips) = self.step_clips {
             let expected = clips.div_ceil(self.micro_batch);
@@ -344,11 +390,10 @@ mod tests {
             accumulation: 0,
             ..config
         };
-        assert!(
-            zero.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("--gradient-accumulation-steps")
+        assert_eq!(
+            zero.validate(),
+            Err(ConfigError::Zero(Setting::Accumulation)),
+            "an error names the setting, not a front-end's flag"
         );
     }
 

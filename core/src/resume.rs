@@ -7,26 +7,8 @@ use std::path::PathBuf;
 
 use headroom_datasets::PatchPlacement;
 
+pub use crate::config::Setting;
 use crate::config::{DatasetSource, TrainConfig};
-
-/// A setting of a run as core names it; each front-end words it as its own flag, address key
-/// or field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    Model,
-    LearningRate,
-    ClipNorm,
-    Seed,
-    Stride,
-    PatchesPerSpectrogram,
-    Placement,
-    EffectiveBatch,
-    /// Micro-batch and accumulation given together: the effective batch they imply.
-    MicroBatchTimesAccumulation,
-    MachineIds,
-    TrainClipsPerId,
-    TestClipsPerId,
-}
 
 /// The settings that make a run what it is, as a front-end was given them for a resumed run;
 /// `None`: not given.

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod budget;
 mod datasets;
+mod flags;
 mod models;
 mod plan;
 mod probe;

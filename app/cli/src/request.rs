@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use headroom_core::model::DefaultBatch;
-use headroom_core::plan::{Fixed, Planning, RequestError, SplitPart};
+use headroom_core::plan::{Fixed, Planning};
 use headroom_core::train::DatasetSource;
 
 use crate::args::{DataArgs, MemoryArgs, SplitArgs};
@@ -24,20 +24,8 @@ pub fn planning(
         checkpointing: memory.checkpointing(),
         precision: memory.precision,
     };
-    Planning::new(budget_bytes, memory.effective_batch, fixed, defaults).map_err(|error| {
-        let RequestError::Zero(part) = error;
-        anyhow::anyhow!("{} must be at least 1 (got 0)", flag(part))
-    })
-}
-
-/// The flag that sets `part`.
-fn flag(part: SplitPart) -> &'static str {
-    match part {
-        SplitPart::MicroBatch => "--batch-size",
-        SplitPart::PatchesPerSpectrogram => "--n-patches",
-        SplitPart::Accumulation => "--gradient-accumulation-steps",
-        SplitPart::EffectiveBatch => "--effective-batch",
-    }
+    Planning::new(budget_bytes, memory.effective_batch, fixed, defaults)
+        .map_err(|error| anyhow::anyhow!(crate::flags::request_error(error)))
 }
 
 /// The dataset the flags name: the recordings under --data-root, else the built-in

@@ -27,17 +27,6 @@ fn length_words(length: RunLength) -> String {
 /// A refused setting in the words of its flag.
 fn refusal_words(refusal: &Refusal, args: &TrainArgs) -> String {
     let flag = match refusal.setting {
-        Setting::Model => "--model",
-        Setting::LearningRate => "--lr",
-        Setting::ClipNorm => "--clip-norm",
-        Setting::Seed => "--seed",
-        Setting::Stride => "--stride",
-        Setting::PatchesPerSpectrogram => "--n-patches",
-        Setting::Placement => "--placement",
-        Setting::EffectiveBatch => "--effective-batch",
-        Setting::MachineIds => "--machine-ids",
-        Setting::TrainClipsPerId => "--train-clips-per-id",
-        Setting::TestClipsPerId => "the test clips per ID",
         Setting::MicroBatchTimesAccumulation => {
             let (mb, acc) = (
                 args.split.batch_size.unwrap_or_default(),
@@ -53,6 +42,7 @@ fn refusal_words(refusal: &Refusal, args: &TrainArgs) -> String {
                 }
             );
         }
+        other => crate::flags::flag(other),
     };
     match &refusal.saved {
         Saved::Value(was) => format!("{flag} {} (the run has {was})", refusal.given),

@@ -2,7 +2,7 @@
 //! a teacher's link starts a run with. The keys are `trainer-cli train`'s flags, shortened.
 
 use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
-use headroom_core::plan::{Fixed, Planning, RequestError, SplitPart};
+use headroom_core::plan::{Fixed, Planning, RequestError};
 use headroom_core::resume::{Identity, Refusal, Saved, Setting};
 use headroom_core::size::parse_size;
 use headroom_core::train::{DatasetSource, ResumeChanges};
@@ -367,36 +367,33 @@ impl PageSettings {
         };
         let planning = Planning::new(budget_bytes, None, fixed, defaults).map_err(|error| {
             let RequestError::Zero(part) = error;
-            let key = match part {
-                SplitPart::MicroBatch => "batch",
-                SplitPart::PatchesPerSpectrogram => "patches",
-                SplitPart::Accumulation => "accumulation",
-                // The page asks for none: its effective batch is the split's.
-                SplitPart::EffectiveBatch => "batch",
-            };
+            let key = key(part);
             SettingsError::Zero { key }
         })?;
         Ok(Some(planning))
     }
 }
 
-/// A refused setting in the words of the address' key.
-fn refusal_words(refusal: &Refusal) -> String {
-    let key = match refusal.setting {
+/// The address' key that sets `setting`; a setting the address has no key for, in words.
+fn key(setting: Setting) -> &'static str {
+    match setting {
         Setting::Model => "model",
         Setting::LearningRate => "lr",
         Setting::Seed => "seed",
+        Setting::MicroBatch => "batch",
+        Setting::Accumulation => "accumulation",
         Setting::PatchesPerSpectrogram => "patches",
         Setting::MicroBatchTimesAccumulation => "batch x accumulation x patches",
         Setting::MachineIds => "ids",
         Setting::TrainClipsPerId => "train_clips",
         Setting::TestClipsPerId => "test_clips",
-        // Not keys of the address: the page never gives them.
-        Setting::ClipNorm => "clip norm",
-        Setting::Stride => "stride",
-        Setting::Placement => "placement",
-        Setting::EffectiveBatch => "effective batch",
-    };
+        other => other.words(),
+    }
+}
+
+/// A refused setting in the words of the address' key.
+fn refusal_words(refusal: &Refusal) -> String {
+    let key = key(refusal.setting);
     match &refusal.saved {
         Saved::Value(was) => format!("`{key}={}` (the run has {was})", refusal.given),
         Saved::Recordings(root) => format!(

@@ -20,6 +20,7 @@ pub use read_ahead::ReadAhead;
 pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
+use crate::config::Setting;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
 use crate::model::{DefaultBatch, ModelConfig};
@@ -40,21 +41,11 @@ pub struct Planning {
     pub preferred_n_patches: Option<usize>,
 }
 
-/// A part of a step's split the user may fix, as errors name it (each front-end words it as
-/// its own flag or field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitPart {
-    MicroBatch,
-    PatchesPerSpectrogram,
-    Accumulation,
-    EffectiveBatch,
-}
-
 /// A request the planner cannot take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    #[error("the {0:?} must be at least 1 (got 0)")]
-    Zero(SplitPart),
+    #[error("{} must be at least 1 (got 0)", .0.words())]
+    Zero(Setting),
 }
 
 impl Planning {
@@ -68,10 +59,10 @@ impl Planning {
         defaults: DefaultBatch,
     ) -> Result<Self, RequestError> {
         for (part, value) in [
-            (SplitPart::MicroBatch, fixed.micro_batch),
-            (SplitPart::PatchesPerSpectrogram, fixed.n_patches),
-            (SplitPart::Accumulation, fixed.accumulation),
-            (SplitPart::EffectiveBatch, effective_batch),
+            (Setting::MicroBatch, fixed.micro_batch),
+            (Setting::PatchesPerSpectrogram, fixed.n_patches),
+            (Setting::Accumulation, fixed.accumulation),
+            (Setting::EffectiveBatch, effective_batch),
         ] {
             if value == Some(0) {
                 return Err(RequestError::Zero(part));
@@ -353,11 +344,11 @@ mod tests {
         };
         assert_eq!(
             Planning::new(1, None, fixed, DEFAULTS),
-            Err(RequestError::Zero(SplitPart::PatchesPerSpectrogram))
+            Err(RequestError::Zero(Setting::PatchesPerSpectrogram))
         );
         assert_eq!(
             Planning::new(1, Some(0), Fixed::default(), DEFAULTS),
-            Err(RequestError::Zero(SplitPart::EffectiveBatch))
+            Err(RequestError::Zero(Setting::EffectiveBatch))
         );
     }
 }

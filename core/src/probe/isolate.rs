@@ -13,6 +13,11 @@ use super::{GpuReport, MachineReport};
 /// The hidden first argument that makes a Headroom binary probe GPUs and print JSON.
 pub const CHILD_COMMAND: &str = "__probe-gpus";
 
+/// The child's argument that gives the allocation probe's cap in bytes.
+const ALLOCATION_CAP: &str = "allocation-cap=";
+/// The child's argument that asks it to probe software adapters too.
+const SOFTWARE_ADAPTERS: &str = "software-adapters";
+
 /// How long a probe waits for the GPU drivers before it reports them as not answering.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -29,17 +34,15 @@ pub fn child_settings(mut args: impl Iterator<Item = String>) -> Option<ProbeSet
     if args.next().as_deref() != Some(CHILD_COMMAND) {
         return None;
     }
-    // The parent and the child are one binary: nothing but these flags is ever passed.
-    let flags: Vec<String> = args.collect();
-    let allocation_cap = flags
+    // The parent and the child are one binary: nothing but these words is ever passed.
+    let words: Vec<String> = args.collect();
+    let allocation_cap = words
         .iter()
-        .position(|flag| flag == "--allocation-cap")
-        .and_then(|i| flags.get(i + 1)?.parse().ok());
-    let settings = ProbeSettings {
+        .find_map(|word| word.strip_prefix(ALLOCATION_CAP)?.parse().ok());
+    Some(ProbeSettings {
         allocation_cap,
-        software_adapters: flags.iter().any(|flag| flag == "--software-adapters"),
-    };
-    Some(settings)
+        software_adapters: words.iter().any(|word| word == SOFTWARE_ADAPTERS),
+    })
 }
 
 /// Probes the GPUs here and prints the report as one line of JSON: the child's answer.
@@ -61,12 +64,13 @@ impl ChildProbe {
     /// The running binary as the child, asked for `settings`; `None` where the binary's
     /// path cannot be known.
     pub fn of_this_program(timeout: Duration, settings: ProbeSettings) -> Option<Self> {
+        // Words, not flags: the child's arguments are this protocol's, never a user's.
         let mut args = vec![CHILD_COMMAND.to_string()];
         if let Some(cap) = settings.allocation_cap {
-            args.extend(["--allocation-cap".to_string(), cap.to_string()]);
+            args.push(format!("{ALLOCATION_CAP}{cap}"));
         }
         if settings.software_adapters {
-            args.push("--software-adapters".to_string());
+            args.push(SOFTWARE_ADAPTERS.to_string());
         }
         let program = std::env::current_exe().ok()?;
         Some(Self {

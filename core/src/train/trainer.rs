@@ -3,7 +3,7 @@
 
 use crate::budget::Budget;
 use crate::checkpoint::{self, CheckpointFiles};
-use crate::config::{ConfigError, ResumeChanges, TrainConfig};
+use crate::config::{ConfigError, ResumeChanges, Setting, TrainConfig};
 use crate::data::TrainStream;
 use crate::data::{self, RunData};
 use crate::events::{DatasetReport, RunInfo};
@@ -183,10 +183,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     /// a smaller batch and more accumulation).
     pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
         if micro_batch == 0 {
-            return Err(ConfigError::Zero {
-                name: "--batch-size",
-            }
-            .into());
+            return Err(ConfigError::Zero(Setting::MicroBatch).into());
         }
         self.config.set_micro_batch(micro_batch);
         Ok(())

@@ -3,21 +3,19 @@
 //! [`crate::jobs`], all training logic in headroom-core.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Color32, RichText};
 use headroom_core::auto::Choice;
-use headroom_core::budget::Budget;
+use headroom_core::budget::DEFAULT_FRACTION;
 use headroom_core::budget::simulated as devices;
-use headroom_core::budget::{BudgetSource as CoreSource, DEFAULT_FRACTION};
-use headroom_core::model::{ModelConfig, WithModel, with_default};
-use headroom_core::plan::{Breakdown, Calibration, Fixed, Plan, Planning, breakdown_of, search};
+use headroom_core::model::ModelConfig;
+use headroom_core::plan::{Breakdown, Calibration, Plan};
 use headroom_core::precision::Precision;
 use headroom_core::probe::{DeviceReport, MachineReport};
-use headroom_core::train::{DatasetSource, Evaluation};
-use headroom_core::{RunLength, RunOptions, Target, TrainConfig};
+use headroom_core::train::Evaluation;
+use headroom_core::{Target, TrainConfig};
 use headroom_datasets::{FeatureSettings, SyntheticConfig};
 
 use crate::dataset::DatasetSummary;
@@ -25,12 +23,17 @@ use crate::jobs::{self, Message, Outbox, RunControl};
 use crate::memory_bar::{MemoryBar, Segment, legend, palette};
 use crate::session::{RunState, Session, human};
 
+mod choices;
 mod dataset_panel;
 mod devices_panel;
 mod memory_panel;
 mod plan_panel;
+mod planning;
 mod results_panel;
+mod run;
 mod training_panel;
+
+pub use choices::{BudgetChoice, Pin, Pins};
 
 /// How the app starts; tests use their own.
 #[derive(Debug, Clone)]
@@ -58,71 +61,6 @@ impl Default for Settings {
     }
 }
 
-/// Where the memory budget comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BudgetSource {
-    /// The default fraction of the selected device's free memory.
-    FreeMemory,
-    /// A simulated GPU's memory (index into `devices::DEVICES`), x the default fraction.
-    Simulated(usize),
-    /// The user's figure, e.g. "2GiB".
-    Custom(String),
-}
-
-/// A value the user may pin; unpinned ones are the planner's to choose.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pin<T> {
-    pub pinned: bool,
-    pub value: T,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pins {
-    pub micro_batch: Pin<usize>,
-    pub n_patches: Pin<usize>,
-    pub accumulation: Pin<usize>,
-    pub precision: Pin<Precision>,
-    pub checkpointing: Pin<bool>,
-}
-
-impl Default for Pins {
-    fn default() -> Self {
-        let unpinned = |value| Pin {
-            pinned: false,
-            value,
-        };
-        Self {
-            micro_batch: unpinned(8),
-            n_patches: unpinned(4),
-            accumulation: unpinned(1),
-            precision: Pin {
-                pinned: false,
-                value: Precision::F32,
-            },
-            checkpointing: Pin {
-                pinned: false,
-                value: false,
-            },
-        }
-    }
-}
-
-impl Pins {
-    pub fn fixed(&self) -> Fixed {
-        let pick = |p: Pin<usize>| p.pinned.then_some(p.value);
-        Fixed {
-            micro_batch: pick(self.micro_batch),
-            n_patches: pick(self.n_patches),
-            accumulation: pick(self.accumulation),
-            checkpointing: self
-                .checkpointing
-                .pinned
-                .then_some(self.checkpointing.value),
-            precision: self.precision.pinned.then_some(self.precision.value),
-        }
-    }
-}
-
 pub struct HeadroomApp {
     settings: Settings,
     outbox: Outbox,
@@ -142,7 +80,7 @@ pub struct HeadroomApp {
     pub model: String,
     pub pins: Pins,
     pub effective_batch: usize,
-    pub budget_source: BudgetSource,
+    pub budget_choice: BudgetChoice,
     pub session: Session,
     control: Option<RunControl>,
     pub evaluation: Option<Evaluation>,
@@ -190,7 +128,7 @@ impl HeadroomApp {
             model: headroom_core::model::VqAutoencoderConfig::NAME.to_string(),
             pins: Pins::default(),
             effective_batch: 32,
-            budget_source: BudgetSource::FreeMemory,
+            budget_choice: BudgetChoice::FreeMemory,
             session: Session::default(),
             control: None,
             evaluation: None,
@@ -231,68 +169,6 @@ impl HeadroomApp {
             backend: d.backend,
             device: d.target,
         })
-    }
-
-    /// The chosen model's own patches per spectrogram, which plans prefer.
-    fn preferred_n_patches(&self) -> Option<usize> {
-        headroom_core::model::info_of(&self.model)
-            .ok()
-            .map(|m| m.default_batch.patches)
-    }
-
-    /// The budget and where it came from, resolved by core as the CLI's is.
-    pub fn budget(&self) -> Result<(u64, String), String> {
-        let source = match &self.budget_source {
-            BudgetSource::FreeMemory => CoreSource::FreeMemory,
-            BudgetSource::Simulated(i) => {
-                CoreSource::Simulated(*devices::DEVICES.get(*i).ok_or("no such simulated device")?)
-            }
-            BudgetSource::Custom(text) => {
-                CoreSource::Given(headroom_core::size::parse_size(text).map_err(|e| e.to_string())?)
-            }
-        };
-        source
-            .resolve(DEFAULT_FRACTION, self.device())
-            .map(|b| (b.bytes, b.source))
-            .map_err(|e| e.to_string())
-    }
-
-    /// The plan for the current pins and budget, from the device's calibration: instant, so
-    /// it follows every change of a pin.
-    pub fn plan(&self) -> Option<Result<(Plan, Breakdown), String>> {
-        let (target, model, calibration) = self.calibration.as_ref()?;
-        if Some(*target) != self.target() || *model != self.model {
-            return None;
-        }
-        let (budget, _) = match self.budget() {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
-        let planning = Planning {
-            budget_bytes: budget,
-            effective_batch: self.effective_batch,
-            fixed: self.pins.fixed(),
-            preferred_n_patches: self.preferred_n_patches(),
-        };
-        // A preview before the run: the dataset and its read-ahead are not counted here; the
-        // run's own plan counts them.
-        let request = planning.request(0, headroom_core::plan::ReadAhead::NONE);
-        Some(
-            search(&calibration.memory, &calibration.speed, &request)
-                .map_err(|e| e.to_string())
-                .and_then(|plan| {
-                    struct Breakdown<'a>(&'a Plan, &'a Calibration);
-                    impl WithModel for Breakdown<'_> {
-                        type Output = headroom_core::plan::Breakdown;
-                        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-                            breakdown_of(&model, self.0, 0, self.1)
-                        }
-                    }
-                    let breakdown = with_default(model, Breakdown(&plan, calibration))
-                        .map_err(|e| e.to_string())?;
-                    Ok((plan, breakdown))
-                }),
-        )
     }
 
     /// Opens a dataset folder (the dialog, a dropped folder, or a test).
@@ -338,168 +214,6 @@ impl HeadroomApp {
         }
         self.calibrating = Some(wanted);
         jobs::calibrate(self.outbox.clone(), target, self.model.clone());
-    }
-
-    /// Starts a run with the current choices; it plans (with a dry-run) before training.
-    pub fn start(&mut self) {
-        if self.session.is_running() {
-            return;
-        }
-        let Some(target) = self.target() else {
-            self.status = "Choose a device first".into();
-            return;
-        };
-        let (budget, source) = match self.budget() {
-            Ok(b) => b,
-            Err(e) => {
-                self.status = format!("No budget: {e}");
-                return;
-            }
-        };
-        let dataset = match &self.dataset.root {
-            Some(root) => DatasetSource::Dcase {
-                root: root.clone(),
-                machine_type: None,
-                features: FeatureSettings::default(),
-            },
-            None => DatasetSource::Synthetic(self.synthetic.clone()),
-        };
-        let mut config = TrainConfig {
-            backend: target.backend,
-            device: target.device,
-            length: RunLength::Steps(self.settings.steps),
-            dataset,
-            ..TrainConfig::default()
-        };
-        if let Err(e) = config.set_built_in_model(&self.model) {
-            self.status = e.to_string();
-            return;
-        }
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let options = RunOptions {
-            out_dir: Some(self.settings.runs_dir.join(format!("gui-{stamp}"))),
-            planning: Some(Planning {
-                budget_bytes: budget,
-                effective_batch: self.effective_batch,
-                fixed: self.pins.fixed(),
-                preferred_n_patches: self.preferred_n_patches(),
-            }),
-            budget: Some(Budget::new(budget)),
-            // The dataset panel lists bad files; training goes on without them.
-            loader: headroom_core::data::LoaderOptions {
-                on_bad_file: headroom_core::data::OnBadFile::Skip,
-                ..Default::default()
-            },
-            ..RunOptions::default()
-        };
-        self.session = Session::starting();
-        self.session.apply(&headroom_core::events::Event::Budget {
-            bytes: budget,
-            source,
-        });
-        self.evaluation = None;
-        let control = RunControl::default();
-        jobs::train(self.outbox.clone(), config, options, control.clone());
-        self.control = Some(control);
-        self.status = "Planning and checking the plan with a dry-run step...".into();
-    }
-
-    pub fn pause(&mut self, paused: bool) {
-        if let Some(c) = &self.control {
-            c.pause.store(paused, Ordering::Relaxed);
-            self.session.state = if paused {
-                RunState::Paused
-            } else {
-                RunState::Training
-            };
-        }
-    }
-
-    /// Stops at the next step boundary; the run writes a checkpoint.
-    pub fn stop(&mut self) {
-        if let Some(c) = &self.control {
-            c.stop.store(true, Ordering::Relaxed);
-            c.pause.store(false, Ordering::Relaxed);
-            self.session.state = RunState::Stopping;
-        }
-    }
-
-    /// Takes in what the background jobs reported.
-    pub fn drain(&mut self) {
-        while let Ok(message) = self.inbox.try_recv() {
-            match message {
-                Message::Probed(probed) => self.probed(probed.0, probed.1),
-                Message::Scanned(Ok(summary)) => {
-                    self.status = format!("{}: {} clips", summary.name, summary.clips());
-                    self.dataset = summary;
-                }
-                Message::Scanned(Err(e)) => {
-                    self.status = e.clone();
-                    self.dataset.problems.push(e);
-                    self.dataset.checking = None;
-                }
-                Message::BadFile(problem) => self.dataset.problems.push(problem),
-                Message::FilesChecked { checked } => {
-                    self.dataset.checking = None;
-                    self.status = format!(
-                        "Checked {checked} files: {} problem(s)",
-                        self.dataset.problems.len()
-                    );
-                }
-                Message::Calibrated(target, model, result) => {
-                    self.calibrating = None;
-                    match result {
-                        Ok(c) => self.calibration = Some((target, model, c)),
-                        Err(e) => {
-                            self.status = format!("Calibration failed: {e}");
-                            self.calibration_failed = Some((target, model));
-                        }
-                    }
-                    // The choice may have moved on while this one calibrated.
-                    self.calibrate_selected();
-                }
-                Message::Event(event) => {
-                    if let headroom_core::events::Event::Config(info) = &event {
-                        self.status = format!(
-                            "Training {} on {} ({})",
-                            info.model, info.backend, info.device
-                        );
-                    }
-                    self.session.apply(&event);
-                }
-                Message::Evaluated(evaluation) => self.evaluation = Some(*evaluation),
-                Message::TrainingEnded(result) => {
-                    self.control = None;
-                    match result {
-                        Ok(()) => {
-                            self.session.state = RunState::Finished;
-                            self.status = "Training finished".into();
-                        }
-                        Err(e) => {
-                            self.status = format!("Training failed: {e}");
-                            self.session.fail(e);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn read_host_memory(&mut self) {
-        if self
-            .host
-            .read_at
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            return;
-        }
-        self.host.read_at = Some(Instant::now());
-        if let Some(cpu) = headroom_core::probe::cpu::probe().into_iter().next() {
-            self.host.total = cpu.total_memory.bytes.unwrap_or(0);
-            self.host.available = cpu.free_memory.bytes.unwrap_or(0);
-        }
     }
 
     /// One frame of the whole app.

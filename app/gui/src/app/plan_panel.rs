@@ -34,10 +34,10 @@ impl HeadroomApp {
             });
             ui.horizontal(|ui| {
                 ui.label("Budget");
-                let mut kind = match self.budget_source {
-                    BudgetSource::FreeMemory => 0,
-                    BudgetSource::Simulated(_) => 1,
-                    BudgetSource::Custom(_) => 2,
+                let mut kind = match self.budget_choice {
+                    BudgetChoice::FreeMemory => 0,
+                    BudgetChoice::Simulated(_) => 1,
+                    BudgetChoice::Custom(_) => 2,
                 };
                 let free_memory = format!("{:.0}% of free memory", DEFAULT_FRACTION * 100.0);
                 egui::ComboBox::from_id_salt("budget-kind")
@@ -51,15 +51,15 @@ impl HeadroomApp {
                     })
                     .response
                     .on_hover_text("Where the memory budget comes from");
-                self.budget_source = match (kind, &self.budget_source) {
-                    (0, _) => BudgetSource::FreeMemory,
-                    (1, BudgetSource::Simulated(i)) => BudgetSource::Simulated(*i),
-                    (1, _) => BudgetSource::Simulated(0),
-                    (_, BudgetSource::Custom(t)) => BudgetSource::Custom(t.clone()),
-                    _ => BudgetSource::Custom("2GiB".into()),
+                self.budget_choice = match (kind, &self.budget_choice) {
+                    (0, _) => BudgetChoice::FreeMemory,
+                    (1, BudgetChoice::Simulated(i)) => BudgetChoice::Simulated(*i),
+                    (1, _) => BudgetChoice::Simulated(0),
+                    (_, BudgetChoice::Custom(t)) => BudgetChoice::Custom(t.clone()),
+                    _ => BudgetChoice::Custom("2GiB".into()),
                 };
-                match &mut self.budget_source {
-                    BudgetSource::Simulated(i) => {
+                match &mut self.budget_choice {
+                    BudgetChoice::Simulated(i) => {
                         egui::ComboBox::from_id_salt("simulated")
                             .selected_text(devices::DEVICES[*i].label)
                             .show_ui(ui, |ui| {
@@ -70,11 +70,11 @@ impl HeadroomApp {
                             .response
                             .on_hover_text("Simulated GPU");
                     }
-                    BudgetSource::Custom(text) => {
+                    BudgetChoice::Custom(text) => {
                         ui.add(egui::TextEdit::singleline(text).desired_width(80.0))
                             .on_hover_text("Budget, e.g. 2GiB or 512MiB");
                     }
-                    BudgetSource::FreeMemory => {}
+                    BudgetChoice::FreeMemory => {}
                 }
             });
             match self.budget() {

@@ -1,0 +1,180 @@
+//! A run from the app: started on a thread of its own with the plan's request, paused and
+//! stopped at step boundaries, its events drained into the session each frame.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use headroom_core::budget::Budget;
+use headroom_core::train::DatasetSource;
+use headroom_core::{RunLength, RunOptions, TrainConfig};
+use headroom_datasets::FeatureSettings;
+
+use super::HeadroomApp;
+use crate::jobs::{self, Message, RunControl};
+use crate::session::{RunState, Session};
+
+impl HeadroomApp {
+    /// Starts a run with the current choices; it plans (with a dry-run) before training.
+    pub fn start(&mut self) {
+        if self.session.is_running() {
+            return;
+        }
+        let Some(target) = self.target() else {
+            self.status = "Choose a device first".into();
+            return;
+        };
+        let (budget, source) = match self.budget() {
+            Ok(b) => b,
+            Err(e) => {
+                self.status = format!("No budget: {e}");
+                return;
+            }
+        };
+        let dataset = match &self.dataset.root {
+            Some(root) => DatasetSource::Dcase {
+                root: root.clone(),
+                machine_type: None,
+                features: FeatureSettings::default(),
+            },
+            None => DatasetSource::Synthetic(self.synthetic.clone()),
+        };
+        let mut config = TrainConfig {
+            backend: target.backend,
+            device: target.device,
+            length: RunLength::Steps(self.settings.steps),
+            dataset,
+            ..TrainConfig::default()
+        };
+        if let Err(e) = config.set_built_in_model(&self.model) {
+            self.status = e.to_string();
+            return;
+        }
+        let planning = match self.planning(budget) {
+            Ok(planning) => planning,
+            Err(e) => {
+                self.status = format!("Cannot plan: {e}");
+                return;
+            }
+        };
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let options = RunOptions {
+            out_dir: Some(self.settings.runs_dir.join(format!("gui-{stamp}"))),
+            planning: Some(planning),
+            budget: Some(Budget::new(budget)),
+            // The dataset panel lists bad files; training goes on without them.
+            loader: headroom_core::data::LoaderOptions {
+                on_bad_file: headroom_core::data::OnBadFile::Skip,
+                ..Default::default()
+            },
+            ..RunOptions::default()
+        };
+        self.session = Session::starting();
+        self.session.apply(&headroom_core::events::Event::Budget {
+            bytes: budget,
+            source,
+        });
+        self.evaluation = None;
+        let control = RunControl::default();
+        jobs::train(self.outbox.clone(), config, options, control.clone());
+        self.control = Some(control);
+        self.status = "Planning and checking the plan with a dry-run step...".into();
+    }
+
+    pub fn pause(&mut self, paused: bool) {
+        if let Some(c) = &self.control {
+            c.pause.store(paused, Ordering::Relaxed);
+            self.session.state = if paused {
+                RunState::Paused
+            } else {
+                RunState::Training
+            };
+        }
+    }
+
+    /// Stops at the next step boundary; the run writes a checkpoint.
+    pub fn stop(&mut self) {
+        if let Some(c) = &self.control {
+            c.stop.store(true, Ordering::Relaxed);
+            c.pause.store(false, Ordering::Relaxed);
+            self.session.state = RunState::Stopping;
+        }
+    }
+
+    /// Takes in what the background jobs reported.
+    pub fn drain(&mut self) {
+        while let Ok(message) = self.inbox.try_recv() {
+            match message {
+                Message::Probed(probed) => self.probed(probed.0, probed.1),
+                Message::Scanned(Ok(summary)) => {
+                    self.status = format!("{}: {} clips", summary.name, summary.clips());
+                    self.dataset = summary;
+                }
+                Message::Scanned(Err(e)) => {
+                    self.status = e.clone();
+                    self.dataset.problems.push(e);
+                    self.dataset.checking = None;
+                }
+                Message::BadFile(problem) => self.dataset.problems.push(problem),
+                Message::FilesChecked { checked } => {
+                    self.dataset.checking = None;
+                    self.status = format!(
+                        "Checked {checked} files: {} problem(s)",
+                        self.dataset.problems.len()
+                    );
+                }
+                Message::Calibrated(target, model, result) => {
+                    self.calibrating = None;
+                    match result {
+                        Ok(c) => self.calibration = Some((target, model, c)),
+                        Err(e) => {
+                            self.status = format!("Calibration failed: {e}");
+                            self.calibration_failed = Some((target, model));
+                        }
+                    }
+                    // The choice may have moved on while this one calibrated.
+                    self.calibrate_selected();
+                }
+                Message::Event(event) => {
+                    if let headroom_core::events::Event::Config(info) = &event {
+                        self.status = format!(
+                            "Training {} on {} ({})",
+                            info.model, info.backend, info.device
+                        );
+                    }
+                    self.session.apply(&event);
+                }
+                Message::Evaluated(evaluation) => self.evaluation = Some(*evaluation),
+                Message::TrainingEnded(result) => {
+                    self.control = None;
+                    match result {
+                        Ok(()) => {
+                            self.session.state = RunState::Finished;
+                            self.status = "Training finished".into();
+                        }
+                        Err(e) => {
+                            self.status = format!("Training failed: {e}");
+                            self.session.fail(e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn read_host_memory(&mut self) {
+        if self
+            .host
+            .read_at
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.host.read_at = Some(Instant::now());
+        if let Some(cpu) = headroom_core::probe::cpu::probe().into_iter().next() {
+            self.host.total = cpu.total_memory.bytes.unwrap_or(0);
+            self.host.available = cpu.free_memory.bytes.unwrap_or(0);
+        }
+    }
+}
