@@ -23,6 +23,7 @@ pub mod readback;
 pub mod resume;
 pub mod size;
 pub mod step;
+pub mod task;
 pub mod train;
 
 pub use backend::{BackendError, BackendKind, DeviceTarget, Target};

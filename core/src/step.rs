@@ -1,5 +1,6 @@
-//! One optimizer step: micro-batches with accumulated gradients, global-norm clipping,
-//! then AdamW. Shared by training and the benchmark so both measure the same work.
+//! One optimizer step of any training task ([`crate::task`]): each phase's micro-batches
+//! with accumulated gradients, global-norm clipping, then AdamW. Shared by training, the
+//! planner's measurements and the benchmarks, so all measure the same work.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
@@ -7,9 +8,10 @@ use burn::tensor::Tensor;
 
 use crate::budget::OverBudget;
 use crate::memory::{MemoryMeter, MemorySource};
-use crate::model::{Patches, SpectrogramModel, StepLoss};
+use crate::model::StepLoss;
 use crate::precision::Precision;
 use crate::readback::{self, ReadbackError};
+use crate::task::{Coupling, StepContext, TrainingTask};
 
 /// Why a step could not finish. Nothing of the model or the optimizer has changed when one
 /// of these comes back: the optimizer only runs after every micro-batch has succeeded.
@@ -21,10 +23,17 @@ pub enum StepError {
     /// The device reported an error (cubecl's `Err` from `sync`), e.g. out of memory.
     #[error("the device failed during the step: {0}")]
     Device(String),
-    /// Fewer patches arrived than the step is made of (the data ran dry); the optimizer
+    /// Fewer examples arrived than the step is made of (the data ran dry); the optimizer
     /// was not stepped.
-    #[error("the step received {seen} of its {expected} patches")]
+    #[error("the step received {seen} of its {expected} examples")]
     Incomplete { seen: usize, expected: usize },
+    /// A task whose loss couples a step's examples was given a step of several
+    /// micro-batches, whose summed gradients would not be the step's.
+    #[error(
+        "this task's loss couples every example of a step, so a step cannot be split into \
+         micro-batches; train with accumulation 1, or let the planner choose"
+    )]
+    Coupled,
 }
 
 /// On the web, a failed allocation surfaces on the next read: the device's words decide,
@@ -40,7 +49,7 @@ impl StepError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             StepError::OverBudget(_) => true,
-            StepError::Incomplete { .. } => false,
+            StepError::Incomplete { .. } | StepError::Coupled => false,
             StepError::Device(reason) => {
                 let r = reason.to_ascii_lowercase();
                 !r.contains("poisoned")
@@ -50,30 +59,45 @@ impl StepError {
     }
 }
 
-/// What a step measured.
+/// What one phase of a step measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepOutcome {
+pub struct PhaseOutcome {
     /// Mean total loss over the micro-batches.
     pub loss: f64,
-    /// Mean of the model's reported term (the reconstruction error of an autoencoder).
-    pub reconstruction_loss: f64,
-    /// Global gradient norm before clipping.
+    /// Mean of the task's reported term (the reconstruction error of an autoencoder).
+    pub reported: f64,
+    /// Global norm of the phase's gradients before clipping.
     pub grad_norm: f64,
 }
 
-/// Gradients of one micro-batch, its loss weighted by its share of the step's patches
-/// (seed 003's loss / accumulation when micro-batches are equal) so that summing the
-/// micro-batch gradients gives the gradient of the mean over all of them.
-pub async fn micro_batch_gradients<M: SpectrogramModel>(
-    model: &M,
-    batch: Patches,
-    step_patches: usize,
-    warming_up: bool,
-    precision: Precision,
+/// What a step measured: each phase's figures, in the task's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOutcome {
+    pub phases: Vec<PhaseOutcome>,
+}
+
+impl StepOutcome {
+    /// The first phase's figures: what a step's event reports.
+    pub fn first(&self) -> PhaseOutcome {
+        self.phases[0]
+    }
+}
+
+/// Gradients of one micro-batch in phase `phase`, its loss weighted by its share of the
+/// step's examples (seed 003's loss / accumulation when micro-batches are equal) so that
+/// summing the micro-batch gradients gives the gradient of the mean over all of them.
+pub async fn micro_batch_gradients<T: TrainingTask>(
+    task: &T,
+    networks: &T::Networks,
+    phase: usize,
+    batch: T::Batch,
+    step_examples: usize,
+    context: StepContext,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
-    let share = batch.len() as f64 / step_patches.max(1) as f64;
-    let StepLoss { total, reported } = model.loss(batch, precision, warming_up);
+    let share = task.examples_in(&batch) as f64 / step_examples.max(1) as f64;
+    let StepLoss { total, reported } = task.loss(networks, phase, batch, context);
+    let precision = context.precision;
     // The loss scale is undone on the summed gradients (see `optimizer_step`).
     let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
     let device = scaled.device();
@@ -88,94 +112,151 @@ pub async fn micro_batch_gradients<M: SpectrogramModel>(
     readback::settle(&device).await?;
     let total = readback::scalar(scaled).await? as f64 / precision.loss_scale() as f64;
     let reported = readback::scalar(reported).await? as f64 * share;
-    Ok((GradientsParams::from_grads(grads, model), total, reported))
+    Ok((
+        task.phase_gradients(networks, phase, grads),
+        total,
+        reported,
+    ))
 }
 
-/// Runs the micro-batches of one step and returns their summed gradients. Stops at the
-/// first micro-batch whose peak passes the meter's budget.
-pub async fn accumulate_gradients<M: SpectrogramModel>(
-    model: &M,
-    micro_batches: impl IntoIterator<Item = Patches>,
-    step_patches: usize,
-    warming_up: bool,
-    precision: Precision,
+/// Runs the micro-batches of one phase of a step and returns their summed gradients. Stops
+/// at the first micro-batch whose peak passes the meter's budget.
+pub async fn accumulate_gradients<T: TrainingTask>(
+    task: &T,
+    networks: &T::Networks,
+    phase: usize,
+    micro_batches: impl IntoIterator<Item = T::Batch>,
+    step_examples: usize,
+    context: StepContext,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
-    let mut accumulator = GradientsAccumulator::<M>::new();
-    let (mut loss, mut reconstruction) = (0.0, 0.0);
+    let mut accumulator = GradientsAccumulator::<T::Networks>::new();
+    let (mut loss, mut reported) = (0.0, 0.0);
     let mut seen = 0;
-    for batch in micro_batches {
-        seen += batch.len();
+    for (index, batch) in micro_batches.into_iter().enumerate() {
+        if index > 0 && task.coupling() == Coupling::WholeStep {
+            return Err(StepError::Coupled);
+        }
+        seen += task.examples_in(&batch);
         let (grads, l, r) =
-            micro_batch_gradients(model, batch, step_patches, warming_up, precision, meter).await?;
+            micro_batch_gradients(task, networks, phase, batch, step_examples, context, meter)
+                .await?;
         meter.check()?;
-        accumulator.accumulate(model, grads);
+        accumulator.accumulate(networks, grads);
         loss += l;
-        reconstruction += r;
+        reported += r;
     }
     // A partial step would be a different step: losses are weighted by the whole step.
-    if seen != step_patches {
+    if seen != step_examples {
         return Err(StepError::Incomplete {
             seen,
-            expected: step_patches,
+            expected: step_examples,
         });
     }
-    Ok((accumulator.grads(), loss, reconstruction))
+    Ok((accumulator.grads(), loss, reported))
 }
 
 /// How one optimizer step runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepSettings {
-    /// Patches in the whole step, over all its micro-batches.
-    pub step_patches: usize,
+    /// Examples in the whole step, over all its micro-batches.
+    pub step_examples: usize,
     pub lr: f64,
     pub clip_norm: Option<f64>,
-    /// The model's warm-up objective (`SpectrogramModel::loss`).
+    /// The task's warm-up objective ([`StepContext::warming_up`]).
     pub warming_up: bool,
-    /// Encoder and decoder compute precision; parameters and optimizer stay f32.
+    /// The networks' compute precision; parameters and optimizer stay f32.
     pub precision: Precision,
 }
 
-/// One whole optimizer step.
-pub async fn optimizer_step<M: SpectrogramModel>(
-    model: M,
+/// One whole optimizer step: each of the task's phases in turn, over the step's
+/// micro-batches, then the optimizer on the phase's gradients. A task of several phases
+/// holds the micro-batches (its inputs, not their activations) until its last phase.
+pub async fn optimizer_step<T: TrainingTask>(
+    task: &T,
+    networks: T::Networks,
     optimizer: &mut ModuleOptimizer,
-    micro_batches: impl IntoIterator<Item = Patches>,
+    micro_batches: impl IntoIterator<Item = T::Batch>,
     settings: StepSettings,
     meter: &mut MemoryMeter,
-) -> Result<(M, StepOutcome), StepError> {
+) -> Result<(T::Networks, StepOutcome), StepError> {
+    let phases = task.phases().len();
+    let mut outcome = StepOutcome {
+        phases: Vec::with_capacity(phases),
+    };
+    if phases == 1 {
+        let (next, figures) =
+            phase_step(task, networks, 0, optimizer, micro_batches, settings, meter).await?;
+        outcome.phases.push(figures);
+        return Ok((next, outcome));
+    }
+    let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+    let mut networks = networks;
+    for phase in 0..phases {
+        let (next, figures) = phase_step(
+            task,
+            networks,
+            phase,
+            optimizer,
+            batches.iter().cloned(),
+            settings,
+            meter,
+        )
+        .await?;
+        networks = next;
+        outcome.phases.push(figures);
+    }
+    Ok((networks, outcome))
+}
+
+/// One phase of a step: gradients over the micro-batches, loss scale undone, clipped, and
+/// the optimizer's update of the parameters they reach.
+async fn phase_step<T: TrainingTask>(
+    task: &T,
+    networks: T::Networks,
+    phase: usize,
+    optimizer: &mut ModuleOptimizer,
+    micro_batches: impl IntoIterator<Item = T::Batch>,
+    settings: StepSettings,
+    meter: &mut MemoryMeter,
+) -> Result<(T::Networks, PhaseOutcome), StepError> {
     let StepSettings {
-        step_patches,
+        step_examples,
         lr,
         clip_norm,
         warming_up,
         precision,
     } = settings;
-    let (mut grads, loss, reconstruction_loss) = accumulate_gradients(
-        &model,
-        micro_batches,
-        step_patches,
-        warming_up,
+    let context = StepContext {
         precision,
+        warming_up,
+    };
+    let (mut grads, loss, reported) = accumulate_gradients(
+        task,
+        &networks,
+        phase,
+        micro_batches,
+        step_examples,
+        context,
         meter,
     )
     .await?;
     if precision.loss_scale() != 1.0 {
-        scale_gradients(&model, &mut grads, 1.0 / precision.loss_scale());
+        scale_gradients(&networks, &mut grads, 1.0 / precision.loss_scale());
     }
     let grad_norm = match clip_norm {
-        Some(max) => clip_global_norm(&model, &mut grads, max).await,
-        None => global_norm(&model, &grads).await,
+        Some(max) => clip_global_norm(&networks, &mut grads, max).await,
+        None => global_norm(&networks, &grads).await,
     }?;
-    let model = optimizer.step(lr, model, grads);
+    let networks = optimizer.step(lr, networks, grads);
     // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
     // guarded: the plan's fixed cost already holds it.
     meter.sample();
     Ok((
-        model,
-        StepOutcome {
+        networks,
+        PhaseOutcome {
             loss,
-            reconstruction_loss,
+            reported,
             grad_norm,
         },
     ))
@@ -247,7 +328,7 @@ pub fn scale_gradients<M: Module>(model: &M, grads: &mut GradientsParams, factor
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
-    use crate::model::{VqAutoencoder, VqAutoencoderConfig};
+    use crate::model::{Patches, VqAutoencoder, VqAutoencoderConfig};
     use crate::readback::block_on;
     use burn::tensor::Distribution;
 
@@ -273,6 +354,13 @@ mod tests {
         c.out
     }
 
+    fn context(precision: Precision) -> StepContext {
+        StepContext {
+            precision,
+            warming_up: false,
+        }
+    }
+
     fn setup() -> (VqAutoencoder, Patches, MemoryMeter) {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(11);
@@ -288,11 +376,12 @@ mod tests {
     fn accumulation_matches_the_whole_batch() {
         let (model, x, mut meter) = setup();
         let (whole, loss_whole, _) = block_on(accumulate_gradients(
+            &VqAutoencoderConfig::default(),
             &model,
+            0,
             [x.clone()],
             8,
-            false,
-            Precision::F32,
+            context(Precision::F32),
             &mut meter,
         ))
         .unwrap();
@@ -310,11 +399,12 @@ mod tests {
                 })
                 .collect();
             let (accumulated, loss_parts, _) = block_on(accumulate_gradients(
+                &VqAutoencoderConfig::default(),
                 &model,
+                0,
                 parts,
                 8,
-                false,
-                Precision::F32,
+                context(Precision::F32),
                 &mut meter,
             ))
             .unwrap();
@@ -341,11 +431,12 @@ mod tests {
     fn a_step_short_of_its_patches_is_refused() {
         let (model, x, mut meter) = setup();
         let short = block_on(accumulate_gradients(
+            &VqAutoencoderConfig::default(),
             &model,
+            0,
             [x],
             16,
-            false,
-            Precision::F32,
+            context(Precision::F32),
             &mut meter,
         ));
         assert!(matches!(
@@ -362,11 +453,12 @@ mod tests {
         let (model, x, mut meter) = setup();
         let run = |precision: Precision, meter: &mut MemoryMeter| {
             let (mut grads, loss, _) = block_on(accumulate_gradients(
+                &VqAutoencoderConfig::default(),
                 &model,
+                0,
                 [x.clone()],
                 8,
-                false,
-                precision,
+                context(precision),
                 meter,
             ))
             .unwrap();
@@ -400,11 +492,12 @@ mod tests {
     fn clipping_bounds_the_global_norm_and_keeps_the_direction() {
         let (model, x, mut meter) = setup();
         let (grads, _, _) = block_on(accumulate_gradients(
+            &VqAutoencoderConfig::default(),
             &model,
+            0,
             [Patches::unlabelled(x.values.mul_scalar(50.0))],
             8,
-            false,
-            Precision::F32,
+            context(Precision::F32),
             &mut meter,
         ))
         .unwrap();

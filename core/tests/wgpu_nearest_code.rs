@@ -115,13 +115,14 @@ fn the_kernel_path_trains_like_the_plain_path() {
         let mut losses = Vec::new();
         for batch in &batches {
             let settings = StepSettings {
-                step_patches: 8,
+                step_examples: 8,
                 lr: 1e-3,
                 clip_norm: Some(1.0),
                 warming_up: false,
                 precision: Default::default(),
             };
             let (next, report) = block_on(optimizer_step(
+                &VqAutoencoderConfig::default(),
                 model,
                 &mut optimizer,
                 [Patches::unlabelled(batch.clone())],
@@ -130,7 +131,7 @@ fn the_kernel_path_trains_like_the_plain_path() {
             ))
             .unwrap();
             model = next;
-            losses.push(report.loss);
+            losses.push(report.first().loss);
         }
         losses
     };

@@ -71,9 +71,9 @@ impl BenchConfig {
     }
 
     /// The step every bench mode runs: the reference script's learning rate and clipping.
-    fn step_settings(&self, step_patches: usize) -> StepSettings {
+    fn step_settings(&self, step_examples: usize) -> StepSettings {
         StepSettings {
-            step_patches,
+            step_examples,
             lr: 1e-3,
             clip_norm: Some(1.0),
             warming_up: false,
@@ -132,6 +132,7 @@ pub fn run_model<C: ModelConfig>(
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
+    let task = model;
     let shape = model.input();
     let classes = model.classes();
     let mut model = model.init(&device);
@@ -149,6 +150,7 @@ pub fn run_model<C: ModelConfig>(
         let batches = (0..config.accumulation).map(|_| Patches::random(shape, classes, n, &device));
         let settings = config.step_settings(n * config.accumulation);
         let (next, _) = block_on(optimizer_step(
+            task,
             model,
             &mut optimizer,
             batches,

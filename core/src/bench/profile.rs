@@ -25,6 +25,7 @@ use crate::model::layers::{conv, up};
 use crate::model::{LayerForms, VqAutoencoder, VqAutoencoderConfig};
 use crate::readback::block_on;
 use crate::step::{StepError, clip_global_norm, micro_batch_gradients, optimizer_step};
+use crate::task::StepContext;
 
 /// One op's median time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -188,11 +189,15 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
         let mut times = Vec::new();
         for _ in 0..=reps {
             let (mut grads, _, _) = block_on(micro_batch_gradients(
+                &VqAutoencoderConfig::default(),
                 &model,
+                0,
                 Patches::unlabelled(random([n, 1, 64, 64], &device)),
                 n,
-                false,
-                config.precision,
+                StepContext {
+                    precision: config.precision,
+                    warming_up: false,
+                },
                 &mut meter,
             ))?;
             let _ = device.sync();
@@ -213,6 +218,7 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
         let _ = device.sync();
         let started = Instant::now();
         let (next, _) = block_on(optimizer_step(
+            &VqAutoencoderConfig::default(),
             model,
             &mut optimizer,
             [batch],

@@ -49,11 +49,11 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
-    let mut model = VqAutoencoderConfig {
+    let task = VqAutoencoderConfig {
         forms: config.forms(),
         ..VqAutoencoderConfig::default()
-    }
-    .init(&device);
+    };
+    let mut model = task.init(&device);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
     let n = config.micro_batch * config.n_patches;
@@ -66,6 +66,7 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
     };
     let settings = config.step_settings(n);
     let (warm, _) = block_on(optimizer_step(
+        &task,
         model,
         &mut optimizer,
         [random()],

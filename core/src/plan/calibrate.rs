@@ -10,11 +10,11 @@ use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::{ModelConfig, Patches};
 pub use crate::planned::StepMeasurement;
 use crate::precision::Precision;
 use crate::readback;
 use crate::step::{StepError, StepSettings, optimizer_step};
+use crate::task::TrainingTask;
 
 /// Patches per micro-batch of the two calibration steps for a model whose patches the
 /// analytic sizes do not describe, and the fewest the larger step takes for any model.
@@ -30,9 +30,9 @@ pub const CALIBRATION_BYTES: u64 = 16 << 20;
 
 /// The two calibration sizes for a model: the larger holds [`CALIBRATION_BYTES`] of
 /// per-patch memory (at least 16 patches, at most 65,536), the smaller a quarter of it.
-pub fn calibration_patches<C: ModelConfig>(model: &C, backend: BackendKind) -> [usize; 2] {
+pub fn calibration_patches<T: TrainingTask>(task: &T, backend: BackendKind) -> [usize; 2] {
     let [_, fewest] = CALIBRATION_PATCHES;
-    let step = model.analytic_step(backend, Precision::F32, fewest);
+    let step = task.step_memory(backend, Precision::F32, fewest);
     let per_patch = (step.activations + step.data) / fewest as u64;
     let large = match CALIBRATION_BYTES.checked_div(per_patch) {
         Some(n) => (n as usize).clamp(fewest, 1 << 16),
@@ -61,21 +61,21 @@ pub enum CalibrationError {
 
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
 /// `patches` random patches per micro-batch, on a model of its own that is dropped after.
-pub async fn measure_step<C: ModelConfig>(
+pub async fn measure_step<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     patches: usize,
     precision: Precision,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
-    measure_accumulating_step(target, model, patches, 1, precision, checkpointing).await
+    measure_accumulating_step(target, task, patches, 1, precision, checkpointing).await
 }
 
 /// As [`measure_step`], with `micro_batches` micro-batches of `patches` in the measured step
 /// (a plan's dry-run: from the second micro-batch on, the gradients summed so far are held).
-pub async fn measure_accumulating_step<C: ModelConfig>(
+pub async fn measure_accumulating_step<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     patches: usize,
     micro_batches: usize,
     precision: Precision,
@@ -91,10 +91,10 @@ pub async fn measure_accumulating_step<C: ModelConfig>(
     let before = meter.sample().allocated_bytes;
     let measurement = {
         device.seed(7);
-        let mut net = model.init(&device);
+        let mut net = task.networks(&device);
         let mut optimizer = new_optimizer();
         let settings = StepSettings {
-            step_patches: patches,
+            step_examples: patches,
             lr: 1e-4,
             clip_norm: Some(1.0),
             warming_up: false,
@@ -113,19 +113,18 @@ pub async fn measure_accumulating_step<C: ModelConfig>(
                 (patches, micro_batches)
             };
             // Made one at a time inside the step, as the run reads its micro-batches.
-            let batches =
-                (0..count).map(|_| Patches::random(model.input(), model.classes(), size, &device));
+            let batches = (0..count).map(|_| task.measuring_batch(size, &device));
             meter.reset_peak();
             let started = Instant::now();
             let settings = StepSettings {
-                step_patches: size * count,
+                step_examples: size * count,
                 ..settings
             };
             // The run keeps the model it had until the step succeeds (so that a step out of
             // memory can be redone smaller): its parameters are alive beside the new ones.
             let kept = net.clone();
             let (next, _) =
-                optimizer_step(net, &mut optimizer, batches, settings, &mut meter).await?;
+                optimizer_step(task, net, &mut optimizer, batches, settings, &mut meter).await?;
             drop(kept);
             net = next;
             // The step's scalars were read, so its work is done; this covers lazy backends.
@@ -171,24 +170,24 @@ pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationEr
 
 /// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
 /// the device's half precision without.
-pub async fn calibrate<C: ModelConfig>(
+pub async fn calibrate<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
 ) -> Result<Calibration, CalibrationError> {
     let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
     if let Some(half) = half_precision(target)? {
         variants.push((half, false));
     }
-    calibrate_variants(target, model, &variants).await
+    calibrate_variants(target, task, &variants).await
 }
 
 /// Two measured steps of the one kind a run takes: what re-fitting its micro-batch after an
 /// out-of-memory needs (`MemoryModel::cost` of the run's precision and checkpointing), in a
 /// third of a full calibration's steps. A half-precision checkpointed run has no such
 /// measurement (the planner never picks one) and gets none.
-pub async fn calibrate_only<C: ModelConfig>(
+pub async fn calibrate_only<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     precision: Precision,
     checkpointing: bool,
 ) -> Result<Calibration, CalibrationError> {
@@ -197,34 +196,29 @@ pub async fn calibrate_only<C: ModelConfig>(
     } else {
         &[(precision, checkpointing)]
     };
-    calibrate_variants(target, model, variants).await
+    calibrate_variants(target, task, variants).await
 }
 
-async fn calibrate_variants<C: ModelConfig>(
+async fn calibrate_variants<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     variants: &[(Precision, bool)],
 ) -> Result<Calibration, CalibrationError> {
-    let [small, large] = calibration_patches(model, target.backend);
+    let [small, large] = calibration_patches(task, target.backend);
     // The first step in a process also sets up what stays for its life (thread pools, kernel
     // caches); measured, that would count as the step's own cost.
     if !variants.is_empty() {
-        measure_step(target, model, 1, Precision::F32, false).await?;
+        measure_step(target, task, 1, Precision::F32, false).await?;
     }
     let mut measurements = Vec::with_capacity(2 * variants.len());
     for &(precision, checkpointing) in variants {
         for patches in [small, large] {
-            measurements
-                .push(measure_step(target, model, patches, precision, checkpointing).await?);
+            measurements.push(measure_step(target, task, patches, precision, checkpointing).await?);
         }
     }
     // An accumulating step holds one set of summed gradients beyond a single micro-batch's
     // step: f32, one per trainable parameter.
-    Ok(fit(
-        target.backend,
-        measurements,
-        model.parameter_count() * 4,
-    ))
+    Ok(fit(target.backend, measurements, task.parameters() * 4))
 }
 
 /// Fits the models to measurements, a line per precision and checkpointing; `gradient_bytes`

@@ -23,7 +23,8 @@ use crate::backend::Target;
 use crate::config::Setting;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
-use crate::model::{DefaultBatch, ModelConfig};
+use crate::model::DefaultBatch;
+use crate::task::{Coupling, TrainingTask};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
 pub const MAX_DRY_RUNS: usize = 4;
@@ -102,10 +103,36 @@ pub enum PlanningError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(
+        "this task's loss couples every example of a step, so its steps cannot be \
+         accumulated over micro-batches, and {} {accumulation} was asked; leave it open or \
+         make it 1", Setting::Accumulation.words()
+    )]
+    Coupled { accumulation: usize },
+    #[error(
         "no plan passed its dry-run in {MAX_DRY_RUNS} tries; the last, {0}; lower the \
          effective batch or raise the budget"
     )]
     DryRunsFailed(String),
+}
+
+/// The search's request for `task`: a task whose loss couples a step's examples is planned
+/// without accumulation (a step is one micro-batch), and refused if one was asked for.
+fn request_for<T: TrainingTask>(
+    task: &T,
+    planning: &Planning,
+    resident_bytes: u64,
+    read_ahead: ReadAhead,
+) -> Result<PlanRequest, PlanningError> {
+    let mut request = planning.request(resident_bytes, read_ahead);
+    if task.coupling() == Coupling::WholeStep {
+        match request.fixed.accumulation {
+            Some(accumulation) if accumulation > 1 => {
+                return Err(PlanningError::Coupled { accumulation });
+            }
+            _ => request.fixed.accumulation = Some(1),
+        }
+    }
+    Ok(request)
 }
 
 /// A checked plan and what it rests on.
@@ -127,8 +154,8 @@ pub fn report(plan: &Plan, breakdown: Breakdown, calibration: &Calibration) -> P
 
 /// The breakdown of a plan's step; what the plan predicts beyond the step and the resident
 /// bytes (the read-ahead) shows as data.
-pub fn breakdown_of<C: ModelConfig>(
-    model: &C,
+pub fn breakdown_of<T: TrainingTask>(
+    task: &T,
     plan: &Plan,
     resident_bytes: u64,
     calibration: &Calibration,
@@ -145,7 +172,7 @@ pub fn breakdown_of<C: ModelConfig>(
     let beside = plan
         .predicted_peak_bytes
         .saturating_sub(resident_bytes + predicted);
-    let step = model.analytic_step(
+    let step = task.step_memory(
         calibration.backend,
         plan.precision,
         plan.patches_per_micro_batch(),
@@ -179,20 +206,20 @@ fn in_use_now(target: Target) -> u64 {
 }
 
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
-pub async fn unchecked<C: ModelConfig>(
+pub async fn unchecked<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     planning: &Planning,
     share: RunShare,
 ) -> Result<Prepared, PlanningError> {
-    let calibration = calibrate(target, model).await?;
+    let calibration = calibrate(target, task).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
     let plan = search(
         &calibration.memory,
         &calibration.speed,
-        &planning.request(resident, share.read_ahead),
+        &request_for(task, planning, resident, share.read_ahead)?,
     )?;
-    let breakdown = breakdown_of(model, &plan, resident, &calibration);
+    let breakdown = breakdown_of(task, &plan, resident, &calibration);
     Ok(Prepared {
         plan,
         breakdown,
@@ -204,16 +231,16 @@ pub async fn unchecked<C: ModelConfig>(
 /// Every dry-run becomes a point of the memory model, so the next search reads the plan's
 /// size from a measurement there; a plan is taken once its own size was measured and it
 /// still fits. Reports a `dry_run` event per measured step and the final `plan` event.
-pub async fn prepare<C: ModelConfig>(
+pub async fn prepare<T: TrainingTask>(
     target: Target,
-    model: &C,
+    task: &T,
     planning: &Planning,
     share: RunShare,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
-    let mut calibration = calibrate(target, model).await?;
+    let mut calibration = calibrate(target, task).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
-    let request = planning.request(resident, share.read_ahead);
+    let request = request_for(task, planning, resident, share.read_ahead)?;
     let mut last = String::new();
     // The most recent measured plan that fitted: taken if the tries run out.
     let mut fallback: Option<Plan> = None;
@@ -225,13 +252,13 @@ pub async fn prepare<C: ModelConfig>(
             .measured_at(patches, plan.precision, plan.checkpointing)
             && attempt > 1
         {
-            return Ok(accept(model, plan, resident, calibration, sink));
+            return Ok(accept(task, plan, resident, calibration, sink));
         }
         // The run's step as it will be: a plan that accumulates is checked with two
         // micro-batches, the second holding the first's gradients.
         let measured = measure_accumulating_step(
             target,
-            model,
+            task,
             patches,
             plan.accumulation.min(2),
             plan.precision,
@@ -275,21 +302,21 @@ pub async fn prepare<C: ModelConfig>(
                 refitted.checkpointing,
             ) || refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch() =>
         {
-            Ok(accept(model, refitted, resident, calibration, sink))
+            Ok(accept(task, refitted, resident, calibration, sink))
         }
         _ => Err(PlanningError::DryRunsFailed(last)),
     }
 }
 
 /// Reports a plan whose size was measured, with its breakdown.
-fn accept<C: ModelConfig>(
-    model: &C,
+fn accept<T: TrainingTask>(
+    task: &T,
     plan: Plan,
     resident: u64,
     calibration: Calibration,
     sink: &mut dyn EventSink,
 ) -> Prepared {
-    let breakdown = breakdown_of(model, &plan, resident, &calibration);
+    let breakdown = breakdown_of(task, &plan, resident, &calibration);
     sink.emit(Event::Plan(report(&plan, breakdown, &calibration)));
     Prepared {
         plan,

@@ -119,7 +119,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         });
         self.meter.reset_peak();
         let settings = step::StepSettings {
-            step_patches: c.effective_batch(),
+            step_examples: c.effective_batch(),
             lr,
             clip_norm: c.clip_norm,
             warming_up: self.step < warmup,
@@ -127,6 +127,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         };
         let model = self.model.clone();
         let stepped = step::optimizer_step(
+            &self.model_config,
             model,
             &mut self.optimizer,
             micro_batches,
@@ -138,12 +139,13 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             return Err(error.into());
         }
         let (model, outcome) = stepped?;
-        if !outcome.loss.is_finite() {
+        if let Some(phase) = outcome.phases.iter().find(|p| !p.loss.is_finite()) {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,
-                loss: outcome.loss,
+                loss: phase.loss,
             });
         }
+        let outcome = outcome.first();
         self.model = model;
         self.step += 1;
         let memory = self.meter.sample();
@@ -153,7 +155,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             total_steps: self.total_steps,
             epoch: self.stream.epoch_of(first),
             loss: outcome.loss,
-            reconstruction_loss: outcome.reconstruction_loss,
+            reconstruction_loss: outcome.reported,
             lr,
             grad_norm: outcome.grad_norm,
             patches_per_s: c.effective_batch() as f64 / seconds,

@@ -1,0 +1,112 @@
+//! The training-task seam: what a kind of training tells the engine, so that one optimizer
+//! step ([`crate::step`]) and the planner's measurements ([`crate::plan::calibrate`]) serve
+//! every kind.
+//!
+//! A task has networks (one burn module holding all of them), a micro-batch type, and an
+//! optimizer step of one or more phases. Each phase trains one network on the step's
+//! micro-batches: its loss, and which of the networks' parameters its gradients update. A
+//! spectrogram autoencoder has one phase; a GAN has two (the discriminator, then the
+//! generator), each stepping only its own network. The optimizer keeps its state per
+//! parameter (burn's `ModuleOptimizer`), so each network's moments are its own and one
+//! optimizer record saves them all.
+//!
+//! Every [`ModelConfig`] is a task ([`patches`]): fixed-size patches through one network,
+//! one phase, examples independent of each other.
+
+mod patches;
+#[cfg(test)]
+mod tests;
+
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Gradients};
+
+use crate::backend::BackendKind;
+use crate::model::{AnalyticStep, StepLoss};
+use crate::precision::Precision;
+
+/// How a task's loss relates the examples of one optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coupling {
+    /// Each example's loss stands alone: micro-batch gradients, each weighted by its share
+    /// of the step, sum to the gradient of the whole step, so a step may be accumulated.
+    PerExample,
+    /// The loss couples every example of a step (a contrastive loss's in-batch negatives):
+    /// a micro-batch's gradient is not a share of the step's, so a step is one micro-batch
+    /// and the planner does not accumulate it.
+    WholeStep,
+}
+
+/// What a phase's loss may depend on besides the networks and the batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepContext {
+    /// Compute precision where the task supports mixed precision (it may ignore it).
+    pub precision: Precision,
+    /// The run is in the task's warm-up steps.
+    pub warming_up: bool,
+}
+
+/// A kind of training, as the step and the planner see it.
+pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
+    /// Every network the task trains, as one module (a struct of modules for several): what
+    /// the optimizer steps and a checkpoint saves.
+    type Networks: Module + Clone + std::fmt::Debug + Send + 'static;
+    /// One micro-batch on the device. Cloned once per phase after the first, so a tensor
+    /// (a shared handle) is cheap.
+    type Batch: Clone;
+
+    /// The phases of one optimizer step, in order, by name (at least one). A phase sees the
+    /// networks as the phases before it left them.
+    fn phases(&self) -> &'static [&'static str];
+
+    /// How the loss relates a step's examples; independent unless the task says otherwise.
+    fn coupling(&self) -> Coupling {
+        Coupling::PerExample
+    }
+
+    /// Fresh networks on `device`.
+    fn networks(&self, device: &Device) -> Self::Networks;
+
+    /// Examples in a micro-batch: the unit of the planner's micro-batch and of a step's
+    /// share weighting.
+    fn examples_in(&self, batch: &Self::Batch) -> usize;
+
+    /// `examples` examples of random data shaped as the task's are: what the planner
+    /// measures steps with.
+    fn measuring_batch(&self, examples: usize, device: &Device) -> Self::Batch;
+
+    /// The loss of phase `phase` (an index into [`TrainingTask::phases`]) on one
+    /// micro-batch: a mean over its examples, so that the step can weight it by its share.
+    fn loss(
+        &self,
+        networks: &Self::Networks,
+        phase: usize,
+        batch: Self::Batch,
+        context: StepContext,
+    ) -> StepLoss;
+
+    /// The gradients phase `phase` applies, taken from everything its loss reached: by
+    /// default every parameter's (one network). A task of several networks keeps the
+    /// phase's network's own (`GradientsParams::from_module(grads, &networks.part)`).
+    fn phase_gradients(
+        &self,
+        networks: &Self::Networks,
+        _phase: usize,
+        grads: Gradients,
+    ) -> GradientsParams {
+        GradientsParams::from_grads(grads, networks)
+    }
+
+    /// Trainable values in all the networks, as PyTorch counts them: an accumulating step
+    /// holds a sum of gradients this large.
+    fn parameters(&self) -> u64;
+
+    /// The analytic sizes of a step with `examples` examples per micro-batch: how the
+    /// task's memory grows with the micro-batch, beside what calibration measures.
+    fn step_memory(
+        &self,
+        backend: BackendKind,
+        precision: Precision,
+        examples: usize,
+    ) -> AnalyticStep;
+}
