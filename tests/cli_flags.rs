@@ -1,5 +1,7 @@
-//! Every flag that Headroom's engine names in a message exists: an error that tells a user to
-//! pass `--micro-batch` when the flag is `--batch-size` sends them nowhere.
+//! The engine names no flag of this program, and every flag the program names exists: core's
+//! errors name settings and `trainer-cli` words them as its flags (app/cli/src/flags.rs), so
+//! an error that tells a user to pass `--micro-batch` when the flag is `--batch-size` cannot
+//! come from core, nor from the CLI.
 
 mod common;
 
@@ -30,12 +32,12 @@ fn flags_in(text: &str) -> BTreeSet<String> {
     flags
 }
 
-/// The string literals of the engine's sources, comments left out.
-fn engine_strings(dir: &Path, out: &mut String) {
+/// The string literals of the sources under `dir`, comments left out.
+fn source_strings(dir: &Path, out: &mut String) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            engine_strings(&path, out);
+            source_strings(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             for line in std::fs::read_to_string(&path).unwrap().lines() {
                 let code = line.trim_start();
@@ -54,9 +56,28 @@ fn engine_strings(dir: &Path, out: &mut String) {
     }
 }
 
+/// The flags named in the string literals of the sources under `dir`, relative to this
+/// crate.
+fn named_in(dir: &str) -> BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut strings = String::new();
+    source_strings(&root, &mut strings);
+    flags_in(&strings)
+}
+
 #[test]
-fn the_engine_names_only_flags_that_exist() {
-    let mut known: BTreeSet<String> = CARGO_FLAGS.iter().map(|f| f.to_string()).collect();
+fn the_engine_names_no_flag_and_the_cli_only_flags_that_exist() {
+    let cargo: BTreeSet<String> = CARGO_FLAGS.iter().map(|f| f.to_string()).collect();
+    for engine in ["../../core/src", "../../datasets/src"] {
+        let named = named_in(engine);
+        let flags: Vec<&String> = named.difference(&cargo).collect();
+        assert!(
+            flags.is_empty(),
+            "{engine} names flags, which only a front-end knows: {flags:?}"
+        );
+    }
+
+    let mut known = cargo;
     for command in [
         "train", "plan", "bench", "probe", "synth", "features", "eval",
     ] {
@@ -65,15 +86,11 @@ fn the_engine_names_only_flags_that_exist() {
         known.extend(flags_in(&String::from_utf8_lossy(&output.stdout)));
     }
     assert!(known.contains("--batch-size") && known.contains("--memory-budget"));
-
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../core/src");
-    let mut strings = String::new();
-    engine_strings(&root, &mut strings);
-    let named = flags_in(&strings);
+    let named = named_in("src");
     assert!(named.contains("--memory-budget"), "the scan finds flags");
     let unknown: Vec<&String> = named.difference(&known).collect();
     assert!(
         unknown.is_empty(),
-        "the engine's messages name flags no command has: {unknown:?}"
+        "trainer-cli's messages name flags no command has: {unknown:?}"
     );
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainConfig;
 use crate::data::Normalization;
 use crate::model::{ModelConfig, ModelError};
+use crate::setting::{PlainWords, Setting, Wording};
 
 const FORMAT_VERSION: u32 = 1;
 const MODEL_FILE: &str = "model.safetensors";
@@ -77,15 +78,29 @@ pub enum CheckpointError {
     Invalid { path: PathBuf, reason: String },
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error(
-        "no checkpoint in {path}: expected {POINTER_FILE} or {STATE_FILE}; pass a run's --out directory or one of its checkpoints/step-* directories"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     Missing { path: PathBuf },
     #[error(
         "checkpoint {path} has no {file}: give the three files a run saves together \
          ({MODEL_FILE}, {OPTIMIZER_FILE}, {STATE_FILE})"
     )]
     MissingFile { path: PathBuf, file: &'static str },
+}
+
+impl CheckpointError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            CheckpointError::Model(e) => e.describe(words),
+            CheckpointError::Missing { path } => format!(
+                "no checkpoint in {}: expected {POINTER_FILE} or {STATE_FILE}; give the \
+                 directory of a run (its {}) or one of its checkpoints/step-* directories",
+                path.display(),
+                words.setting(Setting::OutDir)
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 pub struct LoadedCheckpoint<M> {
@@ -534,7 +549,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = read_state(dir.path()).unwrap_err().to_string();
         assert!(
-            err.contains(&dir.path().display().to_string()) && err.contains("--out"),
+            err.contains(&dir.path().display().to_string()) && err.contains("output directory"),
             "{err}"
         );
         fs::write(dir.path().join(STATE_FILE), b"{ not json").unwrap();

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendKind, DeviceTarget, Target};
 use crate::model::{ModelConfig, ModelError, ModelSpec, WithModel, with_default};
 use crate::precision::Precision;
+pub use crate::setting::Setting;
+use crate::setting::{PlainWords, Wording};
 
 /// Where the clips come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,68 +184,45 @@ impl ResumeChanges {
     }
 }
 
-/// A setting of a run as core names it in errors and refusals; each front-end words it as its
-/// own flag, address key or field, so that no error of core's names a flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    Model,
-    LearningRate,
-    ClipNorm,
-    Seed,
-    Stride,
-    /// The stride test clips are scored at: only a hand-edited saved configuration sets it.
-    ScoringStride,
-    MicroBatch,
-    Accumulation,
-    PatchesPerSpectrogram,
-    Placement,
-    EffectiveBatch,
-    /// Micro-batch and accumulation given together: the effective batch they imply.
-    MicroBatchTimesAccumulation,
-    MachineIds,
-    TrainClipsPerId,
-    TestClipsPerId,
-}
-
-impl Setting {
-    /// The setting in plain words, for a message that names no flag.
-    pub fn words(self) -> &'static str {
-        match self {
-            Setting::Model => "the model",
-            Setting::LearningRate => "the learning rate",
-            Setting::ClipNorm => "the gradient clipping norm",
-            Setting::Seed => "the seed",
-            Setting::Stride => "the stride between patches",
-            Setting::ScoringStride => "the scoring stride in the run's saved configuration",
-            Setting::MicroBatch => "the micro-batch",
-            Setting::Accumulation => "the accumulation",
-            Setting::PatchesPerSpectrogram => "the patches per spectrogram",
-            Setting::Placement => "the patch placement",
-            Setting::EffectiveBatch => "the effective batch",
-            Setting::MicroBatchTimesAccumulation => "micro-batch x accumulation",
-            Setting::MachineIds => "the machine IDs",
-            Setting::TrainClipsPerId => "the train clips per ID",
-            Setting::TestClipsPerId => "the test clips per ID",
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{}", self.describe(&PlainWords))]
 pub enum ConfigError {
-    #[error("{} must be at least 1 (got 0)", .0.words())]
     Zero(Setting),
-    #[error("{} must be a positive finite number (got {value})", .setting.words())]
-    NotPositive { setting: Setting, value: f64 },
-    #[error(
-        "a step of {step_clips} spectrograms cannot be split into {accumulation} micro-batches \
-         of at most {micro_batch}; use accumulation {expected}"
-    )]
+    NotPositive {
+        setting: Setting,
+        value: f64,
+    },
     UnevenSplit {
         step_clips: usize,
         micro_batch: usize,
         accumulation: usize,
         expected: usize,
     },
+}
+
+impl ConfigError {
+    /// The error with its settings in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            ConfigError::Zero(setting) => {
+                format!("{} must be at least 1 (got 0)", words.setting(*setting))
+            }
+            ConfigError::NotPositive { setting, value } => format!(
+                "{} must be a positive finite number (got {value})",
+                words.setting(*setting)
+            ),
+            ConfigError::UnevenSplit {
+                step_clips,
+                micro_batch,
+                accumulation,
+                expected,
+            } => format!(
+                "a step of {step_clips} spectrograms cannot be split into {accumulation} \
+                 micro-batches of at most {micro_batch}; use {} {expected}",
+                words.setting(Setting::Accumulation)
+            ),
+        }
+    }
 }
 
 impl TrainConfig {

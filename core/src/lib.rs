@@ -21,6 +21,7 @@ pub mod precision;
 pub mod probe;
 pub mod readback;
 pub mod resume;
+pub mod setting;
 pub mod size;
 pub mod step;
 pub mod task;

@@ -242,8 +242,8 @@ fn a_budget_nothing_fits_in_stops_with_a_checkpoint_and_says_what_to_do() {
     let text = err.to_string();
     assert!(
         text.contains("at micro-batch 1 x 2 patches:")
-            && text.contains("--resume")
-            && text.contains("--memory-budget"),
+            && text.contains("Step 2 is saved; continue it with resume.")
+            && text.contains("Raise the memory budget"),
         "{text}"
     );
     let saved = headroom_core::checkpoint::read_state(dir.path()).unwrap();

@@ -14,7 +14,7 @@ pub const MACHINE_TYPES: [&str; 6] = ["ToyCar", "ToyConveyor", "fan", "pump", "s
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
-    #[error("{}: {source}; --data-root must be a folder in the DCASE layout", path.display())]
+    #[error("{}: {source}; the data root must be a folder in the DCASE layout", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,

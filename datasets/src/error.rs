@@ -46,8 +46,8 @@ pub enum FileProblem {
     #[error("dtype {0}: expected little-endian float32 or float16 ('<f4' or '<f2')")]
     Dtype(String),
     #[error(
-        "sample rate {found} Hz, but the dataset's is {expected} Hz; pass --resample to \
-         convert it, or --sample-rate {found} if every file has that rate"
+        "sample rate {found} Hz, but the dataset's is {expected} Hz; convert it \
+         (resampling), or set the dataset's sample rate to {found} if every file has that rate"
     )]
     SampleRate { found: u32, expected: u32 },
     #[error("{channels} channels: only mono and stereo are mixed down")]

@@ -41,7 +41,7 @@ impl Default for PatchShape {
 pub enum PatchError {
     #[error(
         "{n_patches} patches with stride {stride} span {span} frames, but the spectrogram has \
-         only {frames}; lower --n-patches or --stride"
+         only {frames}; lower the patches per spectrogram or the stride"
     )]
     TooLong {
         n_patches: usize,
@@ -54,7 +54,10 @@ pub enum PatchError {
          the features with {expected} mels)"
     )]
     WrongMels { n_mels: usize, expected: usize },
-    #[error("--n-patches and --stride must be at least 1 (got {n_patches} and {stride})")]
+    #[error(
+        "the patches per spectrogram and the stride must be at least 1 (got {n_patches} and \
+         {stride})"
+    )]
     Zero { n_patches: usize, stride: usize },
 }
 
@@ -235,7 +238,7 @@ mod tests {
         let err = ps
             .extract_into(&spec, &mut ChaCha8Rng::seed_from_u64(0), &mut Vec::new())
             .unwrap_err();
-        assert!(err.to_string().contains("lower --n-patches"), "{err}");
+        assert!(err.to_string().contains("lower the patches per"), "{err}");
     }
 
     #[test]

@@ -279,7 +279,7 @@ mod tests {
         let strict = ClipReader::new(FeatureSettings::default());
         let error = strict.read(&wav_clip(&wav)).unwrap_err().to_string();
         assert!(error.contains("b.wav: sample rate 22050 Hz"), "{error}");
-        assert!(error.contains("--resample"), "{error}");
+        assert!(error.contains("(resampling)"), "{error}");
         let lenient = ClipReader::new(FeatureSettings {
             resample: true,
             ..FeatureSettings::default()

@@ -1,8 +1,15 @@
 //! Core's settings in the words of this program's flags: every error and refusal core reports
 //! names a setting, and the user reads the flag that sets it.
 
+use headroom_core::TrainError;
+use headroom_core::checkpoint::CheckpointError;
 use headroom_core::config::{ConfigError, Setting};
-use headroom_core::plan::RequestError;
+use headroom_core::data::DataError;
+use headroom_core::model::ModelError;
+use headroom_core::plan::{CalibrationError, PlanError, PlanningError, RequestError};
+use headroom_core::setting::Wording;
+use headroom_datasets::dcase::LayoutError;
+use headroom_datasets::{FileError, PatchError};
 
 /// The flag that sets `setting`.
 pub fn flag(setting: Setting) -> &'static str {
@@ -22,38 +29,80 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::MachineIds => "--machine-ids",
         Setting::TrainClipsPerId => "--train-clips-per-id",
         Setting::TestClipsPerId => "the test clips per ID",
+        Setting::MemoryBudget => "--memory-budget",
+        Setting::MemoryFraction => "--memory-fraction",
+        Setting::PlannerOff => "--no-plan",
+        Setting::OutDir => "--out",
+        Setting::Resume => "--resume",
+        Setting::SkipBadFiles => "--on-bad-file skip",
+        Setting::Resample => "--resample",
+        Setting::SampleRate => "--sample-rate",
+        Setting::DataRoot => "--data-root",
     }
 }
 
-/// A configuration error in the words of the flags that set it right.
-pub fn config_error(error: &ConfigError) -> Option<String> {
-    Some(match error {
-        ConfigError::Zero(setting) => format!("{} must be at least 1 (got 0)", flag(*setting)),
-        ConfigError::NotPositive { setting, value } => {
-            format!(
-                "{} must be a positive finite number (got {value})",
-                flag(*setting)
-            )
+/// Core's settings as this program's flags.
+pub struct Flags;
+
+impl Wording for Flags {
+    fn setting(&self, setting: Setting) -> String {
+        flag(setting).to_string()
+    }
+}
+
+/// A core error in the words of the flags that fix it, when `error` is one.
+fn core_words(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use headroom_core::setting::{file_error, layout_error, patch_error};
+    if let Some(e) = error.downcast_ref::<TrainError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<PlanningError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<PlanError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<CalibrationError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<RequestError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<ConfigError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<ModelError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<CheckpointError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<DataError>() {
+        return Some(e.describe(&Flags));
+    }
+    if let Some(e) = error.downcast_ref::<PatchError>() {
+        return Some(patch_error(e, &Flags));
+    }
+    if let Some(e) = error.downcast_ref::<FileError>() {
+        return Some(file_error(e, &Flags));
+    }
+    error
+        .downcast_ref::<LayoutError>()
+        .map(|e| layout_error(e, &Flags))
+}
+
+/// What `main` prints for an error: its chain, as `{:#}` prints it, with the first of core's
+/// errors in it worded as flags (its own causes are in its words already).
+pub fn error_words(error: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in error.chain() {
+        if let Some(words) = core_words(cause) {
+            parts.push(words);
+            break;
         }
-        ConfigError::UnevenSplit { .. } => return None,
-    })
-}
-
-/// A planning request error in the words of the flags.
-pub fn request_error(error: RequestError) -> String {
-    let RequestError::Zero(setting) = error;
-    format!("{} must be at least 1 (got 0)", flag(setting))
-}
-
-/// Any error of a run, with core's configuration errors worded as flags.
-pub fn train_error(error: headroom_core::TrainError) -> anyhow::Error {
-    match &error {
-        headroom_core::TrainError::Config(config) => match config_error(config) {
-            Some(words) => anyhow::anyhow!(words),
-            None => error.into(),
-        },
-        _ => error.into(),
+        parts.push(cause.to_string());
     }
+    parts.join(": ")
 }
 
 #[cfg(test)]
@@ -71,12 +120,32 @@ mod tests {
             "the learning rate must be a positive finite number (got -1)"
         );
         assert_eq!(
-            config_error(&error).unwrap(),
+            error_words(&error.into()),
             "--lr must be a positive finite number (got -1)"
         );
+        let request = anyhow::Error::from(RequestError::Zero(Setting::PatchesPerSpectrogram));
         assert_eq!(
-            request_error(RequestError::Zero(Setting::PatchesPerSpectrogram)),
-            "--n-patches must be at least 1 (got 0)"
+            error_words(&request.context("cannot plan")),
+            "cannot plan: --n-patches must be at least 1 (got 0)"
+        );
+    }
+
+    #[test]
+    fn a_run_error_deep_in_core_is_worded_as_flags() {
+        let error = TrainError::Planning(PlanningError::Calibration(CalibrationError::Unmeasured(
+            headroom_core::BackendKind::Wgpu,
+        )));
+        let plain = error.to_string();
+        assert!(
+            plain.contains("the planner off") && !plain.contains("--"),
+            "{plain}"
+        );
+        let said = error_words(&anyhow::Error::from(error));
+        assert!(
+            said.contains("--no-plan")
+                && said.contains("--batch-size")
+                && said.contains("--gradient-accumulation-steps"),
+            "{said}"
         );
     }
 }

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", flags::error_words(&error));
             ExitCode::FAILURE
         }
     }

@@ -93,8 +93,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         };
         config.set_model(&model);
         let loader = args.loader.options()?;
-        headroom_core::train::plan_only(config, &planning, &loader, &mut events)
-            .map_err(crate::flags::train_error)?
+        headroom_core::train::plan_only(config, &planning, &loader, &mut events)?
     };
     let dry_runs: Vec<&Event> = events
         .iter()

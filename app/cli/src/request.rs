@@ -24,8 +24,12 @@ pub fn planning(
         checkpointing: memory.checkpointing(),
         precision: memory.precision,
     };
-    Planning::new(budget_bytes, memory.effective_batch, fixed, defaults)
-        .map_err(|error| anyhow::anyhow!(crate::flags::request_error(error)))
+    Ok(Planning::new(
+        budget_bytes,
+        memory.effective_batch,
+        fixed,
+        defaults,
+    )?)
 }
 
 /// The dataset the flags name: the recordings under --data-root, else the built-in

@@ -215,7 +215,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
             config_from(&args, target.unwrap_or(BackendKind::Flex.into()))?,
             options,
         )
-        .map_err(crate::flags::train_error)
         .context("cannot start training")?,
     };
 

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{DatasetSource, TrainConfig};
 use crate::model::Machine;
+use crate::setting::{self, PlainWords, Setting, Wording};
 
 /// What to do with a file that cannot be a clip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -67,7 +68,7 @@ impl Default for LoaderOptions {
 pub enum DataError {
     #[error(transparent)]
     Layout(#[from] LayoutError),
-    #[error("{first}{}; fix or remove it, or pass --on-bad-file skip to leave bad files out", more(*.count))]
+    #[error("{}", self.describe(&PlainWords))]
     BadFile { first: FileError, count: usize },
     #[error("cannot use the feature cache {}: {source}", dir.display())]
     Cache {
@@ -76,6 +77,22 @@ pub enum DataError {
     },
     #[error("no train clips are left{}; a run needs normal clips in train/", skipped_words(*.skipped))]
     NoTrainClips { skipped: usize },
+}
+
+impl DataError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            DataError::Layout(e) => setting::layout_error(e, words),
+            DataError::BadFile { first, count } => format!(
+                "{}{}; fix or remove it, or leave bad files out ({})",
+                setting::file_error(first, words),
+                more(*count),
+                words.setting(Setting::SkipBadFiles)
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 fn more(count: usize) -> String {

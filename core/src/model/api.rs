@@ -17,6 +17,7 @@ pub use headroom_datasets::PatchShape;
 
 use crate::backend::BackendKind;
 use crate::precision::Precision;
+use crate::setting::{PlainWords, Setting, Wording};
 
 /// What one micro-batch gives a model: patches of normalised log-mel spectrograms (a patch is
 /// every mel band by a few consecutive frames: 64 x 64 for the default model, a 128 x 5
@@ -255,15 +256,39 @@ impl<'de> Deserialize<'de> for ModelSpec {
 pub enum ModelError {
     #[error("unknown model {name:?}; the models are: {known}")]
     Unknown { name: String, known: String },
-    #[error(
-        "this run or checkpoint holds the model {saved}, not {asked}; use --model {saved}, or \
-         start a new run for {asked}"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     Mismatch { saved: String, asked: String },
+    /// A model that tells a machine type's IDs apart, on a dataset with one ID of some type.
+    #[error("{}", self.describe(&PlainWords))]
+    OneId {
+        model: &'static str,
+        /// The machine types with one ID, or "the dataset" when it has no machines.
+        alone: String,
+    },
     #[error("the saved configuration of model {name} cannot be read: {reason}")]
     Config { name: String, reason: String },
     #[error("{0}")]
     Dataset(String),
+}
+
+impl ModelError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        let model = words.setting(Setting::Model);
+        match self {
+            ModelError::Mismatch { saved, asked } => format!(
+                "this run or checkpoint holds the model {saved}, not {asked}; use {model} \
+                 {saved}, or start a new run for {asked}"
+            ),
+            ModelError::OneId { model: name, alone } => format!(
+                "{name} learns to tell a machine type's IDs apart, and {alone} has only one ID \
+                 in the train split; use a dataset with at least two IDs per machine type ({} \
+                 2 or more for the built-in one), or another {model}",
+                words.setting(Setting::MachineIds)
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Something done with a model chosen by name: [`with_model`] calls `run` with its

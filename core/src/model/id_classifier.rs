@@ -268,16 +268,14 @@ impl ModelConfig for IdClassifierConfig {
             .map(|(t, _)| *t)
             .collect();
         if machines.is_empty() || !alone.is_empty() {
-            return Err(ModelError::Dataset(format!(
-                "id-classifier learns to tell a machine type's IDs apart, and {} has only one \
-                 ID in the train split; use a dataset with at least two IDs per machine type \
-                 (--machine-ids 2 or more for the built-in one), or another --model",
-                if alone.is_empty() {
+            return Err(ModelError::OneId {
+                model: Self::NAME,
+                alone: if alone.is_empty() {
                     "the dataset".to_string()
                 } else {
                     alone.join(", ")
-                }
-            )));
+                },
+            });
         }
         self.machines = machines.to_vec();
         Ok(self)

@@ -13,6 +13,7 @@ use crate::memory::MemoryMeter;
 pub use crate::planned::StepMeasurement;
 use crate::precision::Precision;
 use crate::readback;
+use crate::setting::{PlainWords, Setting, Wording};
 use crate::step::{StepError, StepSettings, optimizer_step};
 use crate::task::TrainingTask;
 
@@ -51,12 +52,24 @@ pub enum CalibrationError {
     Backend(#[from] BackendError),
     #[error("a calibration step failed: {0}")]
     Step(#[from] StepError),
-    #[error(
-        "nothing measures memory on {0} in this build, so the planner cannot calibrate; \
-         train without a plan and choose the split yourself (trainer-cli train --no-plan \
-         --batch-size N --gradient-accumulation-steps K)"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     Unmeasured(BackendKind),
+}
+
+impl CalibrationError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            CalibrationError::Unmeasured(backend) => format!(
+                "nothing measures memory on {backend} in this build, so the planner cannot \
+                 calibrate; train with {} and choose {} and {} yourself",
+                words.setting(Setting::PlannerOff),
+                words.setting(Setting::MicroBatch),
+                words.setting(Setting::Accumulation),
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with

@@ -24,6 +24,7 @@ use crate::config::Setting;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
 use crate::model::DefaultBatch;
+use crate::setting::{PlainWords, Wording};
 use crate::task::{Coupling, TrainingTask};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
@@ -44,9 +45,17 @@ pub struct Planning {
 
 /// A request the planner cannot take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe(&PlainWords))]
 pub enum RequestError {
-    #[error("{} must be at least 1 (got 0)", .0.words())]
     Zero(Setting),
+}
+
+impl RequestError {
+    /// The error with its setting in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        let RequestError::Zero(setting) = self;
+        format!("{} must be at least 1 (got 0)", words.setting(*setting))
+    }
 }
 
 impl Planning {
@@ -102,17 +111,32 @@ pub enum PlanningError {
     Calibration(#[from] CalibrationError),
     #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error(
-        "this task's loss couples every example of a step, so its steps cannot be \
-         accumulated over micro-batches, and {} {accumulation} was asked; leave it open or \
-         make it 1", Setting::Accumulation.words()
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     Coupled { accumulation: usize },
-    #[error(
-        "no plan passed its dry-run in {MAX_DRY_RUNS} tries; the last, {0}; lower the \
-         effective batch or raise the budget"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     DryRunsFailed(String),
+}
+
+impl PlanningError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            PlanningError::Calibration(e) => e.describe(words),
+            PlanningError::Plan(e) => e.describe(words),
+            PlanningError::Coupled { accumulation } => format!(
+                "this task's loss couples every example of a step, so its steps cannot be \
+                 accumulated over micro-batches, and {} {accumulation} was asked; leave it \
+                 open or make it 1",
+                words.setting(Setting::Accumulation)
+            ),
+            PlanningError::DryRunsFailed(last) => format!(
+                "no plan passed its dry-run in {MAX_DRY_RUNS} tries; the last, {last}; lower {} \
+                 or raise {}",
+                words.setting(Setting::EffectiveBatch),
+                words.setting(Setting::MemoryBudget)
+            ),
+        }
+    }
 }
 
 /// The search's request for `task`: a task whose loss couples a step's examples is planned

@@ -302,9 +302,7 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             });
         }
         if class == DeviceClass::SoftwareAdapter {
-            notes.push(
-                "runs on the CPU: slower than flex, never chosen by --backend auto".to_string(),
-            );
+            notes.push("runs on the CPU: slower than flex, never chosen automatically".to_string());
         }
         if !info.driver.is_empty() {
             notes.push(

@@ -46,6 +46,7 @@ use crate::memory::MemoryMeter;
 use crate::model::{ModelError, SpectrogramModel};
 use crate::plan::{Calibration, Plan, Planning, PlanningError};
 use crate::readback::ReadbackError;
+use crate::setting::{self, PlainWords, Setting, Wording};
 use crate::step;
 
 /// Out-of-memory recoveries in a row before a run stops: each re-plans the micro-batch from
@@ -63,17 +64,13 @@ pub enum TrainError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("the dataset does not fit the patch settings: {0}")]
+    #[error("{}", self.describe(&PlainWords))]
     Patch(#[from] PatchError),
     #[error(transparent)]
     Data(#[from] DataError),
     #[error(transparent)]
     File(#[from] FileError),
-    #[error(
-        "{} already holds a run (checkpoint at step {step}); continue it with --resume {0}, \
-         or choose another --out",
-        dir.display()
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     OutDirInUse { dir: PathBuf, step: u64 },
     #[error("the train split is empty after holding out validation clips; use a larger dataset")]
     EmptyTrainSplit,
@@ -82,9 +79,7 @@ pub enum TrainError {
          synchronously, which a browser forbids); train with backend=cpu to download one"
     )]
     CheckpointOnWebGpu,
-    #[error(
-        "the loss became {loss} at step {step}; lower --lr or check the data for NaN/inf values"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     NonFinite { step: u64, loss: f64 },
     #[error(transparent)]
     Planning(#[from] PlanningError),
@@ -94,19 +89,73 @@ pub enum TrainError {
     Readback(#[from] ReadbackError),
     #[error(transparent)]
     Score(#[from] eval::ScoreError),
-    #[error(
-        "out of memory at step {step} after {recoveries} recoveries in a row, at micro-batch \
-         {micro_batch} x {n_patches} patches: {detail}. {saved}Raise --memory-budget, \
-         free device memory, or lower the effective batch"
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     OutOfMemory {
         step: u64,
         recoveries: u32,
         micro_batch: usize,
         n_patches: usize,
         detail: String,
-        saved: String,
+        /// The step a checkpoint saved before the run stopped, when it has somewhere to go.
+        saved: Option<u64>,
     },
+}
+
+impl TrainError {
+    /// The error with the settings that fix it in `words` (a front-end's flags, keys or
+    /// fields); its `Display` is this in core's own words.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        let say = |setting| words.setting(setting);
+        match self {
+            TrainError::Config(e) => e.describe(words),
+            TrainError::Checkpoint(e) => e.describe(words),
+            TrainError::Model(e) => e.describe(words),
+            TrainError::Patch(e) => format!(
+                "the dataset does not fit the patch settings: {}",
+                setting::patch_error(e, words)
+            ),
+            TrainError::Data(e) => e.describe(words),
+            TrainError::File(e) => setting::file_error(e, words),
+            TrainError::Planning(e) => e.describe(words),
+            TrainError::OutDirInUse { dir, step } => format!(
+                "{} already holds a run (checkpoint at step {step}); continue it ({} {}), or \
+                 choose another {}",
+                dir.display(),
+                say(Setting::Resume),
+                dir.display(),
+                say(Setting::OutDir)
+            ),
+            TrainError::NonFinite { step, loss } => format!(
+                "the loss became {loss} at step {step}; lower {} or check the data for NaN/inf \
+                 values",
+                say(Setting::LearningRate)
+            ),
+            TrainError::OutOfMemory {
+                step,
+                recoveries,
+                micro_batch,
+                n_patches,
+                detail,
+                saved,
+            } => {
+                let saved = match saved {
+                    Some(saved) => format!(
+                        "Step {saved} is saved; continue it with {}. ",
+                        say(Setting::Resume)
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "out of memory at step {step} after {recoveries} recoveries in a row, at \
+                     micro-batch {micro_batch} x {n_patches} patches: {detail}. {saved}Raise \
+                     {}, free device memory, or lower {}",
+                    say(Setting::MemoryBudget),
+                    say(Setting::EffectiveBatch)
+                )
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Run-time options that are not part of the run's identity.

@@ -66,10 +66,8 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         };
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
-                Ok(()) if self.options.out_dir.is_some() => {
-                    format!("Step {} is saved; continue with --resume. ", self.step)
-                }
-                _ => String::new(),
+                Ok(()) if self.options.out_dir.is_some() => Some(self.step),
+                _ => None,
             };
             return Err(TrainError::OutOfMemory {
                 step: self.step + 1,

@@ -14,6 +14,7 @@ use super::read_ahead::ReadAhead;
 pub use crate::planned::Plan;
 use crate::planned::describe;
 use crate::precision::Precision;
+use crate::setting::{PlainWords, Setting, Wording};
 use crate::size::human as gib;
 
 /// How much faster a checkpointed or half-precision plan must be predicted than the best
@@ -109,12 +110,7 @@ pub enum PlanError {
         n_patches: usize,
         fixed: String,
     },
-    #[error(
-        "nothing fits: the smallest step ({smallest}) needs {} but the budget leaves {} \
-         ({} budget, {} already in use); raise --memory-budget or --memory-fraction, free \
-         memory on the device, or use a smaller model",
-        gib(*needed), gib(*available), gib(*budget), gib(*resident)
-    )]
+    #[error("{}", self.describe(&PlainWords))]
     DoesNotFit {
         smallest: String,
         needed: u64,
@@ -122,6 +118,32 @@ pub enum PlanError {
         budget: u64,
         resident: u64,
     },
+}
+
+impl PlanError {
+    /// The error with the settings that fix it in `words`.
+    pub fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            PlanError::DoesNotFit {
+                smallest,
+                needed,
+                available,
+                budget,
+                resident,
+            } => format!(
+                "nothing fits: the smallest step ({smallest}) needs {} but the budget leaves {} \
+                 ({} budget, {} already in use); raise {} or {}, free memory on the device, \
+                 or use a smaller model",
+                gib(*needed),
+                gib(*available),
+                gib(*budget),
+                gib(*resident),
+                words.setting(Setting::MemoryBudget),
+                words.setting(Setting::MemoryFraction),
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 struct Candidate {

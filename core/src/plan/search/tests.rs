@@ -245,7 +245,10 @@ fn an_impossible_budget_names_the_smallest_step_and_the_numbers() {
     let text = err.to_string();
     assert!(matches!(err, PlanError::DoesNotFit { .. }));
     assert!(text.contains("micro-batch 1 x 1 patches"), "{text}");
-    assert!(text.contains("--memory-budget"), "{text}");
+    assert!(
+        text.contains("raise the memory budget or the share of free memory"),
+        "{text}"
+    );
 }
 
 #[test]

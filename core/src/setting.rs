@@ -1,0 +1,148 @@
+//! The settings of a run as core's messages name them, and how a front-end words them: core
+//! says "the learning rate", the CLI `--lr`, the page `lr=`. An error that tells the user
+//! what to change renders through a [`Wording`] ([`crate::train::TrainError::describe`]);
+//! its `Display` uses core's own words, so that nothing core prints names a flag.
+
+use headroom_datasets::dcase::LayoutError;
+use headroom_datasets::{FileError, FileProblem, PatchError};
+
+/// A setting of a run as core names it in errors and refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Model,
+    LearningRate,
+    ClipNorm,
+    Seed,
+    Stride,
+    /// The stride test clips are scored at: only a hand-edited saved configuration sets it.
+    ScoringStride,
+    MicroBatch,
+    Accumulation,
+    PatchesPerSpectrogram,
+    Placement,
+    EffectiveBatch,
+    /// Micro-batch and accumulation given together: the effective batch they imply.
+    MicroBatchTimesAccumulation,
+    MachineIds,
+    TrainClipsPerId,
+    TestClipsPerId,
+    /// The memory budget in bytes.
+    MemoryBudget,
+    /// The memory budget as a share of the device's free memory.
+    MemoryFraction,
+    /// Training without the planner, the split chosen by hand.
+    PlannerOff,
+    /// Where a run writes its checkpoints.
+    OutDir,
+    /// Continuing a saved run (followed by its directory).
+    Resume,
+    /// Leaving unreadable files out of the run instead of stopping.
+    SkipBadFiles,
+    /// Converting clips of another sample rate.
+    Resample,
+    /// The dataset's sample rate (followed by a rate).
+    SampleRate,
+    /// The folder of a dataset in the DCASE layout.
+    DataRoot,
+}
+
+impl Setting {
+    /// The setting in plain words, for a message that names no flag.
+    pub fn words(self) -> &'static str {
+        match self {
+            Setting::Model => "the model",
+            Setting::LearningRate => "the learning rate",
+            Setting::ClipNorm => "the gradient clipping norm",
+            Setting::Seed => "the seed",
+            Setting::Stride => "the stride between patches",
+            Setting::ScoringStride => "the scoring stride in the run's saved configuration",
+            Setting::MicroBatch => "the micro-batch",
+            Setting::Accumulation => "the accumulation",
+            Setting::PatchesPerSpectrogram => "the patches per spectrogram",
+            Setting::Placement => "the patch placement",
+            Setting::EffectiveBatch => "the effective batch",
+            Setting::MicroBatchTimesAccumulation => "micro-batch x accumulation",
+            Setting::MachineIds => "the machine IDs",
+            Setting::TrainClipsPerId => "the train clips per ID",
+            Setting::TestClipsPerId => "the test clips per ID",
+            Setting::MemoryBudget => "the memory budget",
+            Setting::MemoryFraction => "the share of free memory it takes",
+            Setting::PlannerOff => "the planner off",
+            Setting::OutDir => "output directory",
+            Setting::Resume => "resume",
+            Setting::SkipBadFiles => "bad files skipped",
+            Setting::Resample => "resampling",
+            Setting::SampleRate => "the sample rate",
+            Setting::DataRoot => "the data root",
+        }
+    }
+}
+
+/// How a front-end names settings in core's messages.
+pub trait Wording {
+    /// The words for `setting`: a flag, an address key, a field's label.
+    fn setting(&self, setting: Setting) -> String;
+}
+
+/// Core's own words ([`Setting::words`]): what every core error's `Display` uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlainWords;
+
+impl Wording for PlainWords {
+    fn setting(&self, setting: Setting) -> String {
+        setting.words().to_string()
+    }
+}
+
+/// The dataset crate's errors that name a setting, in `words`; others as they print.
+pub fn patch_error(error: &PatchError, words: &dyn Wording) -> String {
+    let (patches, stride) = (
+        words.setting(Setting::PatchesPerSpectrogram),
+        words.setting(Setting::Stride),
+    );
+    match error {
+        PatchError::TooLong {
+            n_patches,
+            stride: frames_apart,
+            span,
+            frames,
+        } => format!(
+            "{n_patches} patches with stride {frames_apart} span {span} frames, but the \
+             spectrogram has only {frames}; lower {patches} or {stride}"
+        ),
+        PatchError::Zero {
+            n_patches,
+            stride: given,
+        } => format!("{patches} and {stride} must be at least 1 (got {n_patches} and {given})"),
+        other => other.to_string(),
+    }
+}
+
+/// A file's error with the settings that fix it in `words`.
+pub fn file_error(error: &FileError, words: &dyn Wording) -> String {
+    match &error.problem {
+        FileProblem::SampleRate { found, expected } => format!(
+            "{}: sample rate {found} Hz, but the dataset's is {expected} Hz; convert it ({}), \
+             or set {} {found} if every file has that rate",
+            error.path.display(),
+            words.setting(Setting::Resample),
+            words.setting(Setting::SampleRate),
+        ),
+        FileProblem::Patch(patch) => {
+            format!("{}: {}", error.path.display(), patch_error(patch, words))
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// A dataset layout's error with the settings that fix it in `words`.
+pub fn layout_error(error: &LayoutError, words: &dyn Wording) -> String {
+    match error {
+        LayoutError::Io { path, source } => format!(
+            "{}: {source}; {} must be a folder in the DCASE layout",
+            path.display(),
+            words.setting(Setting::DataRoot)
+        ),
+        other => other.to_string(),
+    }
+}
