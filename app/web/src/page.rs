@@ -11,12 +11,12 @@ use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::info_of;
-use headroom_core::{BackendKind, RunOptions, Trainer};
+use headroom_core::{BackendKind, RunOptions, TrainError, Trainer};
 use headroom_datasets::LoadedFile;
 use wasm_bindgen::prelude::*;
 
 use crate::picked::folder_name;
-use crate::settings::{PageSettings, WebBackend};
+use crate::settings::{Keys, PageSettings, WebBackend};
 
 // The CPU backend's memory is the page's heap: counted here as trainer-cli counts RAM.
 #[global_allocator]
@@ -60,6 +60,11 @@ fn start() {
 /// file of the run to `offer` as (name, text or bytes) for the page to offer as a download,
 /// and what the page should say beside them to `note`. Errors come back as the words
 /// trainer-cli would print.
+/// A run's error with the settings that fix it named as the address' keys.
+fn in_keys(error: TrainError) -> JsError {
+    JsError::new(&error.describe(&Keys))
+}
+
 #[wasm_bindgen]
 pub async fn train(
     query: String,
@@ -103,16 +108,18 @@ pub async fn train(
             let name = std::path::Path::new(UPLOADED);
             let config = saved.state(name)?.config;
             let changes = settings.resume_changes(&config, backend)?;
-            Trainer::resume_files_async(saved, name, &changes, options).await?
+            Trainer::resume_files_async(saved, name, &changes, options)
+                .await
+                .map_err(in_keys)?
         }
         None => {
             let config = settings
                 .train_config(backend, picked.as_deref())
                 .map_err(|e| JsError::new(&e))?;
-            Trainer::new_async(config, options).await?
+            Trainer::new_async(config, options).await.map_err(in_keys)?
         }
     };
-    trainer.run_async(&mut sink).await?;
+    trainer.run_async(&mut sink).await.map_err(in_keys)?;
     // The files `--out` would hold at this step, which `trainer-cli train --resume` takes.
     match trainer.checkpoint_files() {
         Ok(files) => {
@@ -123,7 +130,7 @@ pub async fn train(
         Err(error) => page.note(&format!("No checkpoint to download: {error}")),
     }
     if settings.eval && !STOPPED.load(Ordering::Relaxed) {
-        let evaluation = trainer.evaluate_async().await?;
+        let evaluation = trainer.evaluate_async().await.map_err(in_keys)?;
         // trainer-cli's results.csv (`eval --out`).
         let csv = results_csv(&evaluation.report);
         page.offer("results.csv", &JsValue::from_str(&csv));

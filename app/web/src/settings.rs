@@ -4,6 +4,7 @@
 use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{Fixed, Planning, RequestError};
 use headroom_core::resume::{Identity, Refusal, Saved, Setting};
+use headroom_core::setting::Wording;
 use headroom_core::size::parse_size;
 use headroom_core::train::{DatasetSource, ResumeChanges};
 use headroom_core::{BackendKind, RunLength, Target, TrainConfig};
@@ -387,7 +388,25 @@ fn key(setting: Setting) -> &'static str {
         Setting::MachineIds => "ids",
         Setting::TrainClipsPerId => "train_clips",
         Setting::TestClipsPerId => "test_clips",
+        Setting::MemoryBudget => "budget",
+        Setting::PlannerOff => "plan=0",
+        Setting::Resample => "resample=1",
+        Setting::SampleRate => "sample_rate",
         other => other.words(),
+    }
+}
+
+/// Core's settings as the address' keys, in an error's words.
+pub struct Keys;
+
+impl Wording for Keys {
+    fn setting(&self, setting: Setting) -> String {
+        let key = key(setting);
+        if key == setting.words() {
+            key.to_string()
+        } else {
+            format!("`{key}`")
+        }
     }
 }
 
@@ -407,6 +426,17 @@ fn refusal_words(refusal: &Refusal) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn core_errors_name_the_address_keys() {
+        let error = headroom_core::TrainError::NonFinite {
+            step: 3,
+            loss: f64::NAN,
+        };
+        let said = error.describe(&Keys);
+        assert!(said.contains("lower `lr`"), "{said}");
+        assert!(error.to_string().contains("lower the learning rate"));
+    }
 
     #[test]
     fn an_address_sets_the_run_and_leaves_the_rest_to_the_defaults() {
