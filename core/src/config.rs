@@ -9,6 +9,7 @@ use crate::model::{ModelConfig, ModelError, ModelSpec, WithModel, with_default};
 use crate::precision::Precision;
 pub use crate::setting::Setting;
 use crate::setting::{PlainWords, Wording};
+use crate::split::Split;
 
 /// Where the clips come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -269,33 +270,37 @@ impl TrainConfig {
         }
     }
 
+    /// How each step is split.
+    pub fn split(&self) -> Split {
+        Split {
+            micro_batch: self.micro_batch,
+            n_patches: self.n_patches,
+            accumulation: self.accumulation,
+            step_clips: self.step_clips,
+        }
+    }
+
+    /// Trains with `split` from now on.
+    pub fn set_split(&mut self, split: Split) {
+        self.micro_batch = split.micro_batch;
+        self.n_patches = split.n_patches;
+        self.accumulation = split.accumulation;
+        self.step_clips = split.step_clips;
+    }
+
     /// Patches per optimizer step.
     pub fn effective_batch(&self) -> usize {
-        self.clips_per_step() * self.n_patches
+        self.split().effective_batch()
     }
 
     /// Spectrograms per optimizer step.
     pub fn clips_per_step(&self) -> usize {
-        self.step_clips
-            .unwrap_or(self.micro_batch * self.accumulation)
-    }
-
-    /// Spectrograms in each micro-batch of a step: `micro_batch` each, the last the rest.
-    pub fn micro_batch_sizes(&self) -> Vec<usize> {
-        let clips = self.clips_per_step();
-        let mb = self.micro_batch.max(1);
-        (0..clips.div_ceil(mb))
-            .map(|i| mb.min(clips - i * mb))
-            .collect()
+        self.split().clips_per_step()
     }
 
     /// Splits the same step into micro-batches of at most `micro_batch` spectrograms.
     pub fn set_micro_batch(&mut self, micro_batch: usize) {
-        let clips = self.clips_per_step();
-        let mb = micro_batch.clamp(1, clips.max(1));
-        self.micro_batch = mb;
-        self.accumulation = clips.div_ceil(mb);
-        self.step_clips = (mb * self.accumulation != clips).then_some(clips);
+        self.set_split(self.split().with_micro_batch(micro_batch));
     }
 
     pub fn steps_per_epoch(&self, train_clips: usize) -> u64 {
@@ -385,11 +390,11 @@ mod tests {
             ..TrainConfig::default()
         };
         config.set_micro_batch(10);
-        assert_eq!(config.micro_batch_sizes(), vec![10, 10, 10, 2]);
+        assert_eq!(config.split().micro_batch_sizes(), vec![10, 10, 10, 2]);
         assert_eq!((config.accumulation, config.effective_batch()), (4, 128));
         config.validate().unwrap();
         config.set_micro_batch(16);
-        assert_eq!(config.micro_batch_sizes(), vec![16, 16]);
+        assert_eq!(config.split().micro_batch_sizes(), vec![16, 16]);
         assert_eq!(config.step_clips, None);
         let broken = TrainConfig {
             step_clips: Some(32),

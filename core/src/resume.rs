@@ -9,6 +9,7 @@ use headroom_datasets::PatchPlacement;
 
 pub use crate::config::Setting;
 use crate::config::{DatasetSource, TrainConfig};
+use crate::split::Split;
 
 /// The settings that make a run what it is, as a front-end was given them for a resumed run;
 /// `None`: not given.
@@ -96,9 +97,10 @@ impl Identity {
         );
         if let (Some(micro_batch), Some(accumulation)) = (self.micro_batch, self.accumulation) {
             let patches = self.n_patches.unwrap_or(saved.n_patches);
+            let asked = Split::even(micro_batch, patches, accumulation);
             differs(
                 Setting::MicroBatchTimesAccumulation,
-                Some((micro_batch * accumulation * patches).to_string()),
+                Some(asked.effective_batch().to_string()),
                 saved.effective_batch().to_string(),
             );
         }

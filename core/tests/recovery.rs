@@ -257,6 +257,6 @@ fn a_new_micro_batch_keeps_the_step() {
     assert!(trainer.set_micro_batch(0).is_err());
     trainer.set_micro_batch(3).unwrap();
     let c = trainer.config();
-    assert_eq!(c.micro_batch_sizes(), vec![3, 1]);
+    assert_eq!(c.split().micro_batch_sizes(), vec![3, 1]);
     assert_eq!((c.accumulation, c.effective_batch()), (2, 8));
 }

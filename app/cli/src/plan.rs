@@ -12,6 +12,7 @@ use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
 use headroom_core::size::human as gib;
 use headroom_core::size::parse_size;
+use headroom_core::split::Split;
 use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;
@@ -401,7 +402,7 @@ fn verify<C: ModelConfig>(spec: &str, json: bool, target: Target, model: &C) -> 
             (true, Some(p)) => p,
             (true, None) => anyhow::bail!("{backend} has no half precision to verify"),
         };
-        let patches = micro_batch * n_patches;
+        let patches = Split::even(micro_batch, n_patches, 1).patches_per_micro_batch();
         let predicted = calibration
             .memory
             .predict(patches, precision, checkpointing)

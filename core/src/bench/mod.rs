@@ -17,6 +17,7 @@ use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::{LayerForms, ModelConfig, Patches, VqAutoencoderConfig};
 use crate::readback::block_on;
+use crate::split::Split;
 use crate::step::{StepError, StepSettings, optimizer_step};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +82,11 @@ impl BenchConfig {
         }
     }
 
+    /// Each timed step's split (even: the bench has no step of another size).
+    pub fn split(&self) -> Split {
+        Split::even(self.micro_batch, self.n_patches, self.accumulation)
+    }
+
     fn forms(&self) -> LayerForms {
         if self.plain_layers {
             LayerForms::Plain
@@ -139,7 +145,7 @@ pub fn run_model<C: ModelConfig>(
     let params = burn::module::Module::num_params(&model);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
-    let n = config.micro_batch * config.n_patches;
+    let n = config.split().patches_per_micro_batch();
     let mut times = Vec::with_capacity(config.steps);
     let (mut peak, mut in_use_peak) = (0, 0);
     for step in 0..config.warmup + config.steps {

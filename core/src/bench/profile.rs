@@ -115,7 +115,7 @@ pub fn profile(config: &BenchConfig, threads: usize) -> Result<Profile, BenchErr
     let model = VqAutoencoderConfig::default()
         .init(&device)
         .with_forms(config.forms());
-    let n = config.micro_batch * config.n_patches;
+    let n = config.split().patches_per_micro_batch();
     let reps = config.steps;
     let mut ops = Vec::new();
     let mut push = |stage: &str, op: &str, ms: f64| {

@@ -56,7 +56,7 @@ pub fn memory_trace(config: &BenchConfig) -> Result<MemoryTrace, BenchError> {
     let mut model = task.init(&device);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
-    let n = config.micro_batch * config.n_patches;
+    let n = config.split().patches_per_micro_batch();
     let random = || {
         Patches::unlabelled(Tensor::<4>::random(
             [n, 1, 64, 64],

@@ -18,8 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::events::planned::Breakdown;
 use crate::model::AnalyticStep;
-pub use crate::planned::Breakdown;
 use crate::precision::Precision;
 
 /// `fixed + per_patch x patches`, in bytes or seconds.

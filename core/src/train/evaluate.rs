@@ -36,7 +36,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
     /// Patches scored at once: a training micro-batch's worth, which a forward pass without
     /// autodiff holds in less memory than the plan gave a training step.
     fn eval_chunk(&self) -> usize {
-        (self.config.micro_batch * self.config.n_patches).max(1)
+        self.config.split().patches_per_micro_batch().max(1)
     }
 
     /// Mean loss over the held-out clips, evaluated without autodiff.
@@ -133,7 +133,7 @@ pub async fn evaluate_checkpoint_async(
                 let settings = ScoreSettings {
                     shape: model.input(),
                     stride: config.eval_stride,
-                    chunk: (config.micro_batch * config.n_patches).max(1),
+                    chunk: config.split().patches_per_micro_batch().max(1),
                     workers: loader.workers,
                     on_bad_file: loader.on_bad_file,
                 };

@@ -68,9 +68,7 @@ pub(super) async fn prepare_run<C: ModelConfig>(
     };
     let prepared = crate::plan::prepare(config.target(), model, planning, share, sink).await?;
     let plan = &prepared.plan;
-    config.n_patches = plan.n_patches;
-    config.step_clips = Some(plan.effective_batch / plan.n_patches);
-    config.set_micro_batch(plan.micro_batch);
+    config.set_split(plan.split());
     config.checkpointing = plan.checkpointing;
     config.precision = plan.precision;
     Ok(prepared)

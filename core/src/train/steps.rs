@@ -98,7 +98,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let c = &self.config;
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
-        let sizes = c.micro_batch_sizes();
+        let sizes = c.split().micro_batch_sizes();
         // One micro-batch at a time, as the plan measured. A file that fails to read ends
         // the micro-batches early; the step then refuses to update (Incomplete), and the
         // file's error is what the run reports.

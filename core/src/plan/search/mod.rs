@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use super::memory::{HalfCost, LinearCost, MemoryModel};
 use super::read_ahead::ReadAhead;
-pub use crate::planned::Plan;
-use crate::planned::describe;
+pub use crate::events::planned::Plan;
 use crate::precision::Precision;
 use crate::setting::{PlainWords, Setting, Wording};
 use crate::size::human as gib;
+use crate::split::Split;
 
 /// How much faster a checkpointed or half-precision plan must be predicted than the best
 /// plain f32 plan that fits, to be chosen over it.
@@ -148,11 +148,7 @@ impl PlanError {
 
 struct Candidate {
     precision: Precision,
-    micro_batch: usize,
-    n_patches: usize,
-    accumulation: usize,
-    /// Spectrograms in the step's last micro-batch.
-    last: usize,
+    split: Split,
     checkpointing: bool,
     needed: u64,
     patches_per_s: f64,
@@ -187,7 +183,8 @@ pub fn search(
         // Any micro-batch: the last of a step takes the rest, so the largest that fits can
         // be used whatever the effective batch.
         for micro_batch in 1..=clips {
-            let accumulation = clips.div_ceil(micro_batch);
+            let split = Split::of_step(clips, micro_batch, n_patches);
+            let accumulation = split.accumulation;
             if f.micro_batch.is_some_and(|m| m != micro_batch)
                 || f.accumulation.is_some_and(|a| a != accumulation)
             {
@@ -198,20 +195,17 @@ pub fn search(
                 continue;
             }
             any_split = true;
-            let last = clips - (accumulation - 1) * micro_batch;
+            let last = split.last_micro_batch();
             for &precision in &precisions {
                 for &ckpt in &checkpointing {
-                    let patches = micro_batch * n_patches;
+                    let patches = split.patches_per_micro_batch();
                     let Some(step) = memory.predict_step(patches, accumulation, precision, ckpt)
                     else {
                         continue;
                     };
                     let needed = step + request.read_ahead.bytes(micro_batch);
                     if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
-                        smallest = Some((
-                            needed,
-                            describe(micro_batch, n_patches, accumulation, last, ckpt, precision),
-                        ));
+                        smallest = Some((needed, split.words(ckpt, precision)));
                     }
                     if needed > available {
                         continue;
@@ -221,10 +215,7 @@ pub fn search(
                         + speed.seconds(last * n_patches, precision, ckpt);
                     fits.push(Candidate {
                         precision,
-                        micro_batch,
-                        n_patches,
-                        accumulation,
-                        last,
+                        split,
                         checkpointing: ckpt,
                         needed,
                         patches_per_s: request.effective_batch as f64 / step_s.max(1e-12),
@@ -244,7 +235,7 @@ pub fn search(
     let preference = |c: &Candidate| {
         let order = patch_counts
             .iter()
-            .position(|&n| n == c.n_patches)
+            .position(|&n| n == c.split.n_patches)
             .unwrap_or(patch_counts.len());
         (c.checkpointing, order)
     };
@@ -277,7 +268,7 @@ pub fn search(
                 ckpt,
                 half,
                 order,
-                std::cmp::Reverse(c.micro_batch * c.n_patches),
+                std::cmp::Reverse(c.split.patches_per_micro_batch()),
             )
         })
     else {
@@ -292,9 +283,9 @@ pub fn search(
     };
     let reason = reason(memory, best, request, available);
     Ok(Plan {
-        micro_batch: best.micro_batch,
-        n_patches: best.n_patches,
-        accumulation: best.accumulation,
+        micro_batch: best.split.micro_batch,
+        n_patches: best.split.n_patches,
+        accumulation: best.split.accumulation,
         checkpointing: best.checkpointing,
         precision: best.precision,
         effective_batch: request.effective_batch,
@@ -323,31 +314,24 @@ fn fixed_words(f: &Fixed) -> String {
 /// Why this plan, in words: what the next larger micro-batch would need, or that the whole
 /// effective batch fits at once.
 fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, available: u64) -> String {
-    let head = describe(
-        best.micro_batch,
-        best.n_patches,
-        best.accumulation,
-        best.last,
-        best.checkpointing,
-        best.precision,
-    );
+    let head = best.split.words(best.checkpointing, best.precision);
     let used = format!(
         "{} of {}",
         gib(request.resident_bytes + best.needed),
         gib(request.budget_bytes)
     );
-    if best.accumulation == 1 {
+    if best.split.accumulation == 1 {
         return format!("{head}: the whole effective batch fits in one micro-batch ({used})");
     }
     let fixed = request.fixed.micro_batch.is_some() || request.fixed.accumulation.is_some();
-    let next = Some(best.micro_batch + 1);
+    let next = Some(best.split.micro_batch + 1);
     match next {
         Some(next) if !fixed => {
-            let clips = request.effective_batch / best.n_patches;
+            let larger = best.split.with_micro_batch(next);
             let need = memory
                 .predict_step(
-                    next * best.n_patches,
-                    clips.div_ceil(next),
+                    larger.patches_per_micro_batch(),
+                    larger.accumulation,
                     best.precision,
                     best.checkpointing,
                 )

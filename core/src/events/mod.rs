@@ -1,10 +1,12 @@
 //! Typed progress events: the engine reports, front-ends render. Serialised with an
 //! `event` tag, one JSON object per event; the field names are a stable interface.
 
+pub mod planned;
+
 use serde::{Deserialize, Serialize};
 
 use crate::memory::MemorySource;
-use crate::planned::{Breakdown, Plan, StepMeasurement};
+use planned::{Breakdown, Plan, StepMeasurement};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

@@ -1,10 +1,11 @@
 //! What a plan is: the split the planner chose with its predicted peak, where its bytes go,
-//! and the measured steps it rests on. Data only, below the planner that makes it
-//! (`crate::plan`) and the events that carry it (`crate::events`).
+//! and the measured steps it rests on. Data only: what the `plan` event carries, and what the
+//! planner (`crate::plan`) makes.
 
 use serde::{Deserialize, Serialize};
 
 use crate::precision::Precision;
+use crate::split::Split;
 
 /// A configuration the planner chose, with its prediction and the reason in words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,22 +25,22 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The plan's split of each step.
+    pub fn split(&self) -> Split {
+        Split::of_step(
+            self.effective_batch / self.n_patches.max(1),
+            self.micro_batch,
+            self.n_patches,
+        )
+    }
+
     pub fn patches_per_micro_batch(&self) -> usize {
-        self.micro_batch * self.n_patches
+        self.split().patches_per_micro_batch()
     }
 
     /// "micro-batch 35 x 4 patches x accumulation 3 (the last 30)".
     pub fn split_words(&self) -> String {
-        let clips = self.effective_batch / self.n_patches.max(1);
-        let last = clips.saturating_sub((self.accumulation.max(1) - 1) * self.micro_batch);
-        describe(
-            self.micro_batch,
-            self.n_patches,
-            self.accumulation,
-            last,
-            self.checkpointing,
-            self.precision,
-        )
+        self.split().words(self.checkpointing, self.precision)
     }
 }
 
@@ -83,28 +84,4 @@ pub struct StepMeasurement {
 
 fn one() -> usize {
     1
-}
-
-/// A split in words: "micro-batch 35 x 4 patches x accumulation 3 (the last 30)".
-pub(crate) fn describe(
-    micro_batch: usize,
-    n_patches: usize,
-    accumulation: usize,
-    last: usize,
-    ckpt: bool,
-    precision: Precision,
-) -> String {
-    let rest = if last == micro_batch {
-        String::new()
-    } else {
-        format!(" (the last {last})")
-    };
-    let half = match precision {
-        Precision::F32 => String::new(),
-        p => format!(", {p} compute"),
-    };
-    format!(
-        "micro-batch {micro_batch} x {n_patches} patches x accumulation {accumulation}{rest}{}{half}",
-        if ckpt { ", checkpointing" } else { "" }
-    )
 }
