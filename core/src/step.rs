@@ -13,8 +13,9 @@ use crate::precision::Precision;
 use crate::readback::{self, ReadbackError};
 use crate::task::{Coupling, StepContext, TrainingTask};
 
-/// Why a step could not finish. Nothing of the model or the optimizer has changed when one
-/// of these comes back: the optimizer only runs after every micro-batch has succeeded.
+/// Why a step could not finish. Nothing of the networks or the optimizer has changed when
+/// one of these comes back: a phase's update runs only after every micro-batch of it has
+/// succeeded, and a step of several phases keeps its updates only when all succeeded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StepError {
     /// The measured peak passed the run's budget.
@@ -191,13 +192,17 @@ pub async fn optimizer_step<T: TrainingTask>(
         return Ok((next, outcome));
     }
     let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+    // The earlier phases' updates reach the optimizer's state before a later phase may
+    // fail: the step works on a copy (its tensors are shared handles), kept only when every
+    // phase succeeded, so that a redone step starts from the same state.
+    let mut trial = optimizer.clone();
     let mut networks = networks;
     for phase in 0..phases {
         let (next, figures) = phase_step(
             task,
             networks,
             phase,
-            optimizer,
+            &mut trial,
             batches.iter().cloned(),
             settings,
             meter,
@@ -206,6 +211,7 @@ pub async fn optimizer_step<T: TrainingTask>(
         networks = next;
         outcome.phases.push(figures);
     }
+    *optimizer = trial;
     Ok((networks, outcome))
 }
 
