@@ -285,13 +285,17 @@ fn what_if<C: ModelConfig>(
     let rows: Vec<Row> = targets
         .into_iter()
         .map(|(device, budget_bytes, resident_bytes, calibration)| {
-            let request = plan::Planning {
+            let asked = plan::Planning {
                 budget_bytes,
                 ..planning
-            }
-            .request(resident_bytes, plan::ReadAhead::NONE);
-            let plan = plan::search(&calibration.memory, &calibration.speed, &request)
-                .map_err(|e| e.to_string());
+            };
+            let share = plan::RunShare {
+                resident_bytes,
+                read_ahead: plan::ReadAhead::NONE,
+            };
+            let plan = plan::from_calibration(model, calibration, &asked, share)
+                .map(|(plan, _)| plan)
+                .map_err(|e| crate::flags::error_words(&e.into()));
             Row {
                 device,
                 budget_bytes,

@@ -229,6 +229,22 @@ fn in_use_now(target: Target) -> u64 {
         .unwrap_or(0)
 }
 
+/// The plan for `planning` from a calibration already measured, and its breakdown, without
+/// the device: what a front-end previews while the user changes the request, and what a
+/// what-if table lists per device. `share`: what the run holds beside its steps (nothing,
+/// for a preview before the dataset is open).
+pub fn from_calibration<T: TrainingTask>(
+    task: &T,
+    calibration: &Calibration,
+    planning: &Planning,
+    share: RunShare,
+) -> Result<(Plan, Breakdown), PlanningError> {
+    let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
+    let plan = search(&calibration.memory, &calibration.speed, &request)?;
+    let breakdown = breakdown_of(task, &plan, share.resident_bytes, calibration);
+    Ok((plan, breakdown))
+}
+
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
 pub async fn unchecked<T: TrainingTask>(
     target: Target,
@@ -237,13 +253,11 @@ pub async fn unchecked<T: TrainingTask>(
     share: RunShare,
 ) -> Result<Prepared, PlanningError> {
     let calibration = calibrate(target, task).await?;
-    let resident = share.resident_bytes.max(in_use_now(target));
-    let plan = search(
-        &calibration.memory,
-        &calibration.speed,
-        &request_for(task, planning, resident, share.read_ahead)?,
-    )?;
-    let breakdown = breakdown_of(task, &plan, resident, &calibration);
+    let share = RunShare {
+        resident_bytes: share.resident_bytes.max(in_use_now(target)),
+        ..share
+    };
+    let (plan, breakdown) = from_calibration(task, &calibration, planning, share)?;
     Ok(Prepared {
         plan,
         breakdown,

@@ -5,7 +5,7 @@
 use headroom_core::budget::simulated as devices;
 use headroom_core::budget::{BudgetSource, DEFAULT_FRACTION};
 use headroom_core::model::{ModelConfig, WithModel, with_default};
-use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, breakdown_of, search};
+use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, RunShare, from_calibration};
 
 use super::{BudgetChoice, HeadroomApp};
 
@@ -60,22 +60,18 @@ impl HeadroomApp {
         };
         // A preview before the run: the dataset and its read-ahead are not counted here; the
         // run's own plan counts them.
-        let request = planning.request(0, headroom_core::plan::ReadAhead::NONE);
+        struct Preview<'a>(&'a Calibration, Planning);
+        impl WithModel for Preview<'_> {
+            type Output = Result<(Plan, Breakdown), String>;
+            fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+                from_calibration(&model, self.0, &self.1, RunShare::default())
+                    .map_err(|e| e.to_string())
+            }
+        }
         Some(
-            search(&calibration.memory, &calibration.speed, &request)
+            with_default(model, Preview(calibration, planning))
                 .map_err(|e| e.to_string())
-                .and_then(|plan| {
-                    struct Breakdown<'a>(&'a Plan, &'a Calibration);
-                    impl WithModel for Breakdown<'_> {
-                        type Output = headroom_core::plan::Breakdown;
-                        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-                            breakdown_of(&model, self.0, 0, self.1)
-                        }
-                    }
-                    let breakdown = with_default(model, Breakdown(&plan, calibration))
-                        .map_err(|e| e.to_string())?;
-                    Ok((plan, breakdown))
-                }),
+                .and_then(|preview| preview),
         )
     }
 }
