@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainConfig;
 use crate::data::Normalization;
 use crate::model::{ModelConfig, ModelError};
-use crate::setting::{PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 
 const FORMAT_VERSION: u32 = 1;
 const MODEL_FILE: &str = "model.safetensors";
@@ -87,9 +87,8 @@ pub enum CheckpointError {
     MissingFile { path: PathBuf, file: &'static str },
 }
 
-impl CheckpointError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for CheckpointError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
             CheckpointError::Model(e) => e.describe(words),
             CheckpointError::Missing { path } => format!(

@@ -8,7 +8,7 @@ use crate::backend::{BackendKind, DeviceTarget, Target};
 use crate::model::{ModelConfig, ModelError, ModelSpec, WithModel, with_default};
 use crate::precision::Precision;
 pub use crate::setting::Setting;
-use crate::setting::{PlainWords, Wording};
+use crate::setting::{Described, PlainWords, Wording};
 use crate::split::Split;
 
 /// Where the clips come from.
@@ -201,9 +201,8 @@ pub enum ConfigError {
     },
 }
 
-impl ConfigError {
-    /// The error with its settings in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for ConfigError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
             ConfigError::Zero(setting) => {
                 format!("{} must be at least 1 (got 0)", words.setting(*setting))

@@ -84,6 +84,12 @@ pub trait Wording {
     fn setting(&self, setting: Setting) -> String;
 }
 
+/// An error that names the settings that fix it, rendered in a front-end's words; its
+/// `Display` is this in [`PlainWords`].
+pub trait Described {
+    fn describe(&self, words: &dyn Wording) -> String;
+}
+
 /// Core's own words ([`Setting::words`]): what every core error's `Display` uses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlainWords;
@@ -95,7 +101,7 @@ impl Wording for PlainWords {
 }
 
 /// The dataset crate's errors that name a setting, in `words`; others as they print.
-pub fn patch_error(error: &PatchError, words: &dyn Wording) -> String {
+fn patch_error(error: &PatchError, words: &dyn Wording) -> String {
     let (patches, stride) = (
         words.setting(Setting::PatchesPerSpectrogram),
         words.setting(Setting::Stride),
@@ -119,7 +125,7 @@ pub fn patch_error(error: &PatchError, words: &dyn Wording) -> String {
 }
 
 /// A file's error with the settings that fix it in `words`.
-pub fn file_error(error: &FileError, words: &dyn Wording) -> String {
+fn file_error(error: &FileError, words: &dyn Wording) -> String {
     match &error.problem {
         FileProblem::SampleRate { found, expected } => format!(
             "{}: sample rate {found} Hz, but the dataset's is {expected} Hz; convert it ({}), \
@@ -136,7 +142,7 @@ pub fn file_error(error: &FileError, words: &dyn Wording) -> String {
 }
 
 /// A dataset layout's error with the settings that fix it in `words`.
-pub fn layout_error(error: &LayoutError, words: &dyn Wording) -> String {
+fn layout_error(error: &LayoutError, words: &dyn Wording) -> String {
     match error {
         LayoutError::Io { path, source } => format!(
             "{}: {source}; {} must be a folder in the DCASE layout",
@@ -144,5 +150,23 @@ pub fn layout_error(error: &LayoutError, words: &dyn Wording) -> String {
             words.setting(Setting::DataRoot)
         ),
         other => other.to_string(),
+    }
+}
+
+impl Described for PatchError {
+    fn describe(&self, words: &dyn Wording) -> String {
+        patch_error(self, words)
+    }
+}
+
+impl Described for FileError {
+    fn describe(&self, words: &dyn Wording) -> String {
+        file_error(self, words)
+    }
+}
+
+impl Described for LayoutError {
+    fn describe(&self, words: &dyn Wording) -> String {
+        layout_error(self, words)
     }
 }

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use headroom_core::BackendKind;
 use headroom_core::budget::simulated as devices;
-use headroom_core::budget::{BudgetError, BudgetSource, ResolvedBudget};
+use headroom_core::budget::{BudgetSource, ResolvedBudget};
 use headroom_core::probe::gpus::ProbeSettings;
 use headroom_core::probe::{self, DeviceReport, isolate};
 use headroom_core::size::parse_size;
@@ -51,18 +51,5 @@ pub fn resolve(
         }
         _ => None,
     };
-    source
-        .resolve(args.memory_fraction, device)
-        .map_err(in_flag_words)
-}
-
-/// A budget error in the words of the flags that set it right.
-pub fn in_flag_words(error: BudgetError) -> anyhow::Error {
-    match error {
-        BudgetError::Fraction(f) => {
-            anyhow::anyhow!("--memory-fraction must be above 0 and at most 1 (got {f})")
-        }
-        BudgetError::UnknownFreeMemory(why) => anyhow::anyhow!("{why}; give --memory-budget"),
-        other => other.into(),
-    }
+    Ok(source.resolve(args.memory_fraction, device)?)
 }

@@ -2,12 +2,13 @@
 //! names a setting, and the user reads the flag that sets it.
 
 use headroom_core::TrainError;
+use headroom_core::budget::BudgetError;
 use headroom_core::checkpoint::CheckpointError;
 use headroom_core::config::{ConfigError, Setting};
 use headroom_core::data::DataError;
 use headroom_core::model::ModelError;
 use headroom_core::plan::{CalibrationError, PlanError, PlanningError, RequestError};
-use headroom_core::setting::Wording;
+use headroom_core::setting::{Described, Wording};
 use headroom_datasets::dcase::LayoutError;
 use headroom_datasets::{FileError, PatchError};
 
@@ -50,53 +51,36 @@ impl Wording for Flags {
     }
 }
 
-/// A core error in the words of the flags that fix it, when `error` is one.
-fn core_words(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    use headroom_core::setting::{file_error, layout_error, patch_error};
-    if let Some(e) = error.downcast_ref::<TrainError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<PlanningError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<PlanError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<CalibrationError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<RequestError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<ConfigError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<ModelError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<CheckpointError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<DataError>() {
-        return Some(e.describe(&Flags));
-    }
-    if let Some(e) = error.downcast_ref::<PatchError>() {
-        return Some(patch_error(e, &Flags));
-    }
-    if let Some(e) = error.downcast_ref::<FileError>() {
-        return Some(file_error(e, &Flags));
-    }
-    error
-        .downcast_ref::<LayoutError>()
-        .map(|e| layout_error(e, &Flags))
+/// `error` in the words of the flags that fix it, when it is an `E`.
+fn worded<E: Described + std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+) -> Option<String> {
+    error.downcast_ref::<E>().map(|e| e.describe(&Flags))
 }
+
+/// Every error type of core's (and of its dataset crate's) that names settings.
+const CORE_ERRORS: [fn(&(dyn std::error::Error + 'static)) -> Option<String>; 13] = [
+    worded::<TrainError>,
+    worded::<BudgetError>,
+    worded::<PlanningError>,
+    worded::<PlanError>,
+    worded::<CalibrationError>,
+    worded::<RequestError>,
+    worded::<ConfigError>,
+    worded::<ModelError>,
+    worded::<CheckpointError>,
+    worded::<DataError>,
+    worded::<PatchError>,
+    worded::<FileError>,
+    worded::<LayoutError>,
+];
 
 /// What `main` prints for an error: its chain, as `{:#}` prints it, with the first of core's
 /// errors in it worded as flags (its own causes are in its words already).
 pub fn error_words(error: &anyhow::Error) -> String {
     let mut parts = Vec::new();
     for cause in error.chain() {
-        if let Some(words) = core_words(cause) {
+        if let Some(words) = CORE_ERRORS.iter().find_map(|worded| worded(cause)) {
             parts.push(words);
             break;
         }

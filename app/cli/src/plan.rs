@@ -241,8 +241,7 @@ fn what_if<C: ModelConfig>(
     let gpu_budgets = devices::DEVICES
         .iter()
         .map(|d| Ok((d.label, BudgetSource::Simulated(*d).resolve(f, None)?.bytes)))
-        .collect::<Result<Vec<_>, BudgetError>>()
-        .map_err(crate::budget::in_flag_words)?;
+        .collect::<Result<Vec<_>, BudgetError>>()?;
     let backend = target.backend;
     let calibration: Calibration = calibrate_for_large_plans(target, model)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
@@ -255,10 +254,7 @@ fn what_if<C: ModelConfig>(
         .free_memory
         .bytes
         .ok_or_else(|| anyhow!("the CPU probe did not report free RAM"))?;
-    let cpu_budget = BudgetSource::FreeMemory
-        .resolve(f, Some(&cpu))
-        .map_err(crate::budget::in_flag_words)?
-        .bytes;
+    let cpu_budget = BudgetSource::FreeMemory.resolve(f, Some(&cpu))?.bytes;
     let mut targets: Vec<(String, u64, u64, &Calibration)> = gpu_budgets
         .into_iter()
         .map(|(label, budget)| (label.to_string(), budget, 0, &gpu_calibration))

@@ -11,6 +11,7 @@ use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::info_of;
+use headroom_core::setting::Described;
 use headroom_core::{BackendKind, RunOptions, TrainError, Trainer};
 use headroom_datasets::LoadedFile;
 use wasm_bindgen::prelude::*;
@@ -86,7 +87,7 @@ pub async fn train(
     let ResolvedBudget {
         bytes: budget_bytes,
         source,
-    } = budget(&settings, backend)?;
+    } = budget(&settings, backend).map_err(|e| JsError::new(&e.describe(&Keys)))?;
     sink(Event::Budget {
         bytes: budget_bytes,
         source,

@@ -429,6 +429,7 @@ mod tests {
 
     #[test]
     fn core_errors_name_the_address_keys() {
+        use headroom_core::setting::Described;
         let error = headroom_core::TrainError::NonFinite {
             step: 3,
             loss: f64::NAN,

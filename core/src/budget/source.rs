@@ -4,6 +4,7 @@
 
 use super::simulated::SimulatedDevice;
 use crate::probe::DeviceReport;
+use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::size::human;
 
 /// The fraction of a device's memory a budget takes unless the user says otherwise: what
@@ -35,13 +36,30 @@ pub struct ResolvedBudget {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.describe(&PlainWords))]
 pub enum BudgetError {
-    #[error("the memory fraction must be above 0 and at most 1 (got {0})")]
     Fraction(f64),
-    #[error("no device to size the budget from; choose a device, or give a budget")]
     NoDevice,
-    #[error("{0}; give a budget of your own")]
+    /// Why the device's free memory is unknown.
     UnknownFreeMemory(String),
+}
+
+impl Described for BudgetError {
+    fn describe(&self, words: &dyn Wording) -> String {
+        match self {
+            BudgetError::Fraction(fraction) => format!(
+                "{} must be above 0 and at most 1 (got {fraction})",
+                words.setting(Setting::MemoryFraction)
+            ),
+            BudgetError::NoDevice => format!(
+                "no device to size the budget from; choose a device, or give {}",
+                words.setting(Setting::MemoryBudget)
+            ),
+            BudgetError::UnknownFreeMemory(why) => {
+                format!("{why}; give {}", words.setting(Setting::MemoryBudget))
+            }
+        }
+    }
 }
 
 impl BudgetSource {
@@ -166,7 +184,7 @@ mod tests {
             .unwrap_err();
         assert!(
             unknown.to_string().contains("free memory")
-                && unknown.to_string().contains("give a budget"),
+                && unknown.to_string().contains("give the memory budget"),
             "{unknown}"
         );
         assert_eq!(

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{DatasetSource, TrainConfig};
 use crate::model::Machine;
-use crate::setting::{self, PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 
 /// What to do with a file that cannot be a clip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -79,14 +79,13 @@ pub enum DataError {
     NoTrainClips { skipped: usize },
 }
 
-impl DataError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for DataError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
-            DataError::Layout(e) => setting::layout_error(e, words),
+            DataError::Layout(e) => e.describe(words),
             DataError::BadFile { first, count } => format!(
                 "{}{}; fix or remove it, or leave bad files out ({})",
-                setting::file_error(first, words),
+                first.describe(words),
                 more(*count),
                 words.setting(Setting::SkipBadFiles)
             ),

@@ -17,7 +17,7 @@ pub use headroom_datasets::PatchShape;
 
 use crate::backend::BackendKind;
 use crate::precision::Precision;
-use crate::setting::{PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 
 /// What one micro-batch gives a model: patches of normalised log-mel spectrograms (a patch is
 /// every mel band by a few consecutive frames: 64 x 64 for the default model, a 128 x 5
@@ -271,9 +271,8 @@ pub enum ModelError {
     Dataset(String),
 }
 
-impl ModelError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for ModelError {
+    fn describe(&self, words: &dyn Wording) -> String {
         let model = words.setting(Setting::Model);
         match self {
             ModelError::Mismatch { saved, asked } => format!(

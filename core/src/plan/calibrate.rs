@@ -13,7 +13,7 @@ pub use crate::events::planned::StepMeasurement;
 use crate::memory::MemoryMeter;
 use crate::precision::Precision;
 use crate::readback;
-use crate::setting::{PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::step::{StepError, StepSettings, optimizer_step};
 use crate::task::TrainingTask;
 
@@ -56,9 +56,8 @@ pub enum CalibrationError {
     Unmeasured(BackendKind),
 }
 
-impl CalibrationError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for CalibrationError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
             CalibrationError::Unmeasured(backend) => format!(
                 "nothing measures memory on {backend} in this build, so the planner cannot \

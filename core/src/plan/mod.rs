@@ -24,7 +24,7 @@ use crate::config::Setting;
 use crate::events::{DryRunReport, Event, EventSink, PlanReport};
 use crate::memory::MemoryMeter;
 use crate::model::DefaultBatch;
-use crate::setting::{PlainWords, Wording};
+use crate::setting::{Described, PlainWords, Wording};
 use crate::task::{Coupling, TrainingTask};
 
 /// Tries of the dry-run before giving up: each failure refits the model to what it measured.
@@ -50,9 +50,8 @@ pub enum RequestError {
     Zero(Setting),
 }
 
-impl RequestError {
-    /// The error with its setting in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for RequestError {
+    fn describe(&self, words: &dyn Wording) -> String {
         let RequestError::Zero(setting) = self;
         format!("{} must be at least 1 (got 0)", words.setting(*setting))
     }
@@ -117,9 +116,8 @@ pub enum PlanningError {
     DryRunsFailed(String),
 }
 
-impl PlanningError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for PlanningError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
             PlanningError::Calibration(e) => e.describe(words),
             PlanningError::Plan(e) => e.describe(words),

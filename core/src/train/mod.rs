@@ -46,7 +46,7 @@ use crate::memory::MemoryMeter;
 use crate::model::{ModelError, SpectrogramModel};
 use crate::plan::{Calibration, Plan, Planning, PlanningError};
 use crate::readback::ReadbackError;
-use crate::setting::{self, PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::step;
 
 /// Out-of-memory recoveries in a row before a run stops: each re-plans the micro-batch from
@@ -101,10 +101,8 @@ pub enum TrainError {
     },
 }
 
-impl TrainError {
-    /// The error with the settings that fix it in `words` (a front-end's flags, keys or
-    /// fields); its `Display` is this in core's own words.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for TrainError {
+    fn describe(&self, words: &dyn Wording) -> String {
         let say = |setting| words.setting(setting);
         match self {
             TrainError::Config(e) => e.describe(words),
@@ -112,10 +110,10 @@ impl TrainError {
             TrainError::Model(e) => e.describe(words),
             TrainError::Patch(e) => format!(
                 "the dataset does not fit the patch settings: {}",
-                setting::patch_error(e, words)
+                e.describe(words)
             ),
             TrainError::Data(e) => e.describe(words),
-            TrainError::File(e) => setting::file_error(e, words),
+            TrainError::File(e) => e.describe(words),
             TrainError::Planning(e) => e.describe(words),
             TrainError::OutDirInUse { dir, step } => format!(
                 "{} already holds a run (checkpoint at step {step}); continue it ({} {}), or \

@@ -13,7 +13,7 @@ use super::memory::{HalfCost, LinearCost, MemoryModel};
 use super::read_ahead::ReadAhead;
 pub use crate::events::planned::Plan;
 use crate::precision::Precision;
-use crate::setting::{PlainWords, Setting, Wording};
+use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::size::human as gib;
 use crate::split::Split;
 
@@ -120,9 +120,8 @@ pub enum PlanError {
     },
 }
 
-impl PlanError {
-    /// The error with the settings that fix it in `words`.
-    pub fn describe(&self, words: &dyn Wording) -> String {
+impl Described for PlanError {
+    fn describe(&self, words: &dyn Wording) -> String {
         match self {
             PlanError::DoesNotFit {
                 smallest,
