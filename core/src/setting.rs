@@ -44,6 +44,21 @@ pub enum Setting {
     SampleRate,
     /// The folder of a dataset in the DCASE layout.
     DataRoot,
+    /// One machine type of the dataset's folder.
+    MachineType,
+    /// The mel bands of the recordings' features.
+    NMels,
+    /// The run's length in optimizer steps.
+    Steps,
+    /// The run's length in passes over the train split.
+    Epochs,
+    CheckpointEvery,
+    ValidateEvery,
+    EmptyCacheEvery,
+    /// The compute precision.
+    Precision,
+    /// Gradient checkpointing, on or off.
+    Checkpointing,
 }
 
 impl Setting {
@@ -74,6 +89,15 @@ impl Setting {
             Setting::Resample => "resampling",
             Setting::SampleRate => "the sample rate",
             Setting::DataRoot => "the data root",
+            Setting::MachineType => "the machine type",
+            Setting::NMels => "the mel bands",
+            Setting::Steps => "the steps",
+            Setting::Epochs => "the epochs",
+            Setting::CheckpointEvery => "the checkpoint interval",
+            Setting::ValidateEvery => "the validation interval",
+            Setting::EmptyCacheEvery => "the interval of returning cached memory",
+            Setting::Precision => "the precision",
+            Setting::Checkpointing => "gradient checkpointing",
         }
     }
 }
@@ -82,6 +106,11 @@ impl Setting {
 pub trait Wording {
     /// The words for `setting`: a flag, an address key, a field's label.
     fn setting(&self, setting: Setting) -> String;
+
+    /// `setting` given as `value`: "--lr 0.5", "`lr=0.5`".
+    fn given(&self, setting: Setting, value: &str) -> String {
+        format!("{} {value}", self.setting(setting))
+    }
 }
 
 /// An error that names the settings that fix it, rendered in a front-end's words; its

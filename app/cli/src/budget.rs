@@ -1,30 +1,22 @@
 //! The run's memory budget from the command line: `--memory-budget`, `--simulate-device` or
-//! the training device's free memory, resolved by core's [`BudgetSource`] as every
-//! front-end's is; this finds the device to size it from when none was chosen yet.
+//! the training device's free memory, as the run's spec names it, resolved by core's
+//! [`BudgetSource`] as every front-end's is; this finds the device to size it from when none
+//! was chosen yet.
 
 use anyhow::{Context, Result};
 use headroom_core::BackendKind;
-use headroom_core::budget::simulated as devices;
 use headroom_core::budget::{BudgetSource, ResolvedBudget};
 use headroom_core::probe::gpus::ProbeSettings;
 use headroom_core::probe::{self, DeviceReport, isolate};
-use headroom_core::size::parse_size;
-
-use crate::args::MemoryArgs;
+use headroom_core::spec::RunSpec;
 
 /// The budget for `backend`; `device` is the probed device when one was chosen already.
 pub fn resolve(
-    args: &MemoryArgs,
+    spec: &RunSpec,
     backend: BackendKind,
     device: Option<&DeviceReport>,
 ) -> Result<ResolvedBudget> {
-    let source = if let Some(text) = &args.memory_budget {
-        BudgetSource::Given(parse_size(text).context("--memory-budget")?)
-    } else if let Some(name) = &args.simulate_device {
-        BudgetSource::Simulated(devices::find(name)?)
-    } else {
-        BudgetSource::FreeMemory
-    };
+    let source = spec.budget_source()?;
     let probed;
     let device = match (source, device) {
         (BudgetSource::FreeMemory, Some(d)) if d.backend == backend => Some(d),
@@ -51,5 +43,5 @@ pub fn resolve(
         }
         _ => None,
     };
-    Ok(source.resolve(args.memory_fraction, device)?)
+    Ok(source.resolve(spec.memory.fraction, device)?)
 }

@@ -9,6 +9,7 @@ use headroom_core::data::DataError;
 use headroom_core::model::ModelError;
 use headroom_core::plan::{CalibrationError, PlanError, PlanningError, RequestError};
 use headroom_core::setting::{Described, Wording};
+use headroom_core::spec::{ResumeError, SpecError};
 use headroom_datasets::dcase::LayoutError;
 use headroom_datasets::{FileError, PatchError};
 
@@ -39,6 +40,15 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::Resample => "--resample",
         Setting::SampleRate => "--sample-rate",
         Setting::DataRoot => "--data-root",
+        Setting::MachineType => "--machine-type",
+        Setting::NMels => "--n-mels",
+        Setting::Steps => "--steps",
+        Setting::Epochs => "--epochs",
+        Setting::CheckpointEvery => "--checkpoint-every",
+        Setting::ValidateEvery => "--validate-every",
+        Setting::EmptyCacheEvery => "--empty-cache-every",
+        Setting::Precision => "--precision",
+        Setting::Checkpointing => "--use-gradient-checkpointing",
     }
 }
 
@@ -48,6 +58,15 @@ pub struct Flags;
 impl Wording for Flags {
     fn setting(&self, setting: Setting) -> String {
         flag(setting).to_string()
+    }
+
+    /// Switches are one flag each way; flags with a value take it after a space.
+    fn given(&self, setting: Setting, value: &str) -> String {
+        match (setting, value) {
+            (Setting::Checkpointing, "off") => "--no-gradient-checkpointing".into(),
+            (Setting::Checkpointing | Setting::Resample, _) => flag(setting).into(),
+            _ => format!("{} {value}", flag(setting)),
+        }
     }
 }
 
@@ -59,8 +78,10 @@ fn worded<E: Described + std::error::Error + 'static>(
 }
 
 /// Every error type of core's (and of its dataset crate's) that names settings.
-const CORE_ERRORS: [fn(&(dyn std::error::Error + 'static)) -> Option<String>; 13] = [
+const CORE_ERRORS: [fn(&(dyn std::error::Error + 'static)) -> Option<String>; 15] = [
     worded::<TrainError>,
+    worded::<SpecError>,
+    worded::<ResumeError>,
     worded::<BudgetError>,
     worded::<PlanningError>,
     worded::<PlanError>,
@@ -92,6 +113,8 @@ pub fn error_words(error: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+    use headroom_core::spec::RunSpec;
 
     #[test]
     fn core_names_the_setting_and_the_cli_its_flag() {
@@ -111,6 +134,56 @@ mod tests {
         assert_eq!(
             error_words(&request.context("cannot plan")),
             "cannot plan: --n-patches must be at least 1 (got 0)"
+        );
+    }
+
+    #[test]
+    fn a_refused_resume_names_the_flags_given() {
+        let saved = headroom_core::TrainConfig::default();
+        let args = |flags: &[&str]| {
+            let mut all = vec!["trainer-cli", "train", "--resume", "runs/x"];
+            all.extend_from_slice(flags);
+            match crate::args::Cli::parse_from(all).command {
+                Some(crate::args::Command::Train(a)) => a.spec().unwrap(),
+                other => panic!("not a train command: {other:?}"),
+            }
+        };
+        let spec: RunSpec = args(&[
+            "--lr",
+            "0.5",
+            "--batch-size",
+            "2",
+            "--gradient-accumulation-steps",
+            "1",
+        ]);
+        let error = anyhow::Error::from(spec.resume(&saved, None).unwrap_err());
+        let said = error_words(&error);
+        assert!(
+            said.starts_with("--resume continues the saved run"),
+            "{said}"
+        );
+        assert!(
+            said.contains(&format!("--lr 0.5 (the run has {})", saved.lr)),
+            "{said}"
+        );
+        assert!(
+            said.contains("--batch-size 2 with --gradient-accumulation-steps 1"),
+            "{said}"
+        );
+        let spec = args(&[
+            "--no-plan",
+            "--no-gradient-checkpointing",
+            "--batch-size",
+            "3",
+        ]);
+        let said = error_words(&spec.resume(&saved, None).unwrap_err().into());
+        assert!(said.contains("--batch-size 3 with --no-plan"), "{said}");
+        let spec = args(&["--steps", "9", "--use-gradient-checkpointing"]);
+        let said = spec.resume(&saved, None).unwrap().said(&Flags).join("; ");
+        assert!(said.contains("--steps 9 (was --epochs"), "{said}");
+        assert!(
+            said.contains("--use-gradient-checkpointing for the plan"),
+            "{said}"
         );
     }
 

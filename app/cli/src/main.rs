@@ -10,8 +10,7 @@ mod models;
 mod plan;
 mod probe;
 mod render;
-mod request;
-mod resume;
+mod spec;
 mod train;
 
 use std::process::ExitCode;

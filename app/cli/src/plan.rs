@@ -11,7 +11,7 @@ use headroom_core::plan::{self, Calibration, Plan};
 use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
 use headroom_core::size::human as gib;
-use headroom_core::size::parse_size;
+use headroom_core::spec::BudgetSpec;
 use headroom_core::split::Split;
 use headroom_core::{Target, TrainConfig};
 
@@ -65,13 +65,9 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
     if let Some(spec) = &args.verify {
         return verify(spec, args.json, target, &model);
     }
-    let budget = crate::budget::resolve(&args.memory, backend, resolved.device.as_ref())?;
-    let planning = crate::request::planning(
-        &args.memory,
-        &args.split,
-        budget.bytes,
-        model.default_batch(),
-    )?;
+    let spec = args.spec()?;
+    let budget = crate::budget::resolve(&spec, backend, resolved.device.as_ref())?;
+    let planning = spec.planning_for(budget.bytes, model.default_batch())?;
     let mut events: Vec<Event> = Vec::new();
     let prepared = if args.no_dry_run {
         let share = plan::RunShare {
@@ -84,12 +80,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
         let mut config = TrainConfig {
             backend: target.backend,
             device: target.device,
-            dataset: crate::request::dataset_source(
-                &args.data,
-                args.machine_ids,
-                args.train_clips_per_id,
-                TrainConfig::default().dataset,
-            ),
+            dataset: spec.dataset()?,
             ..TrainConfig::default()
         };
         config.set_model(&model);
@@ -236,7 +227,8 @@ fn what_if<C: ModelConfig>(
     model: &C,
     resident: u64,
 ) -> Result<()> {
-    let f = args.memory.memory_fraction;
+    let spec = args.spec()?;
+    let f = spec.memory.fraction;
     // Each simulated GPU's budget, resolved before calibrating so a bad fraction fails fast.
     let gpu_budgets = devices::DEVICES
         .iter()
@@ -245,7 +237,7 @@ fn what_if<C: ModelConfig>(
     let backend = target.backend;
     let calibration: Calibration = calibrate_for_large_plans(target, model)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
-    let planning = crate::request::planning(&args.memory, &args.split, 0, model.default_batch())?;
+    let planning = spec.planning_for(0, model.default_batch())?;
     let cpu = headroom_core::probe::cpu::probe()
         .into_iter()
         .find(|d| d.backend.is_host())
@@ -260,8 +252,7 @@ fn what_if<C: ModelConfig>(
         .map(|(label, budget)| (label.to_string(), budget, 0, &gpu_calibration))
         .collect();
     // A budget the user names is a GPU's: the table's own rows already cover this CPU.
-    if let Some(text) = &args.memory.memory_budget {
-        let bytes = parse_size(text).context("--memory-budget")?;
+    if let BudgetSpec::Given { bytes } = spec.memory.budget {
         targets.insert(
             0,
             (

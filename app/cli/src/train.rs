@@ -5,88 +5,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use headroom_core::budget::Budget;
 use headroom_core::events::Event;
-use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
-use headroom_core::{BackendKind, RunLength, RunOptions, Target, TrainConfig, Trainer};
+use headroom_core::{BackendKind, RunOptions, Trainer};
 
 use crate::args::{Backend, Resolved, TrainArgs};
+use crate::flags::Flags;
 use crate::render::ProgressRenderer;
-use crate::request::{dataset_source, planning};
-
-fn config_from(args: &TrainArgs, target: Target) -> Result<TrainConfig> {
-    let mut c = TrainConfig {
-        backend: target.backend,
-        device: target.device,
-        ..TrainConfig::default()
-    };
-    c.dataset = dataset_source(
-        &args.data,
-        args.machine_ids,
-        args.train_clips_per_id,
-        c.dataset,
-    );
-    // First, so that the flags below override the model's strides.
-    if let Some(name) = &args.model {
-        set_model(&mut c, name, args.data.features.n_mels)?;
-    }
-    let set = |slot: &mut usize, v: Option<usize>| {
-        if let Some(v) = v {
-            *slot = v;
-        }
-    };
-    set(&mut c.micro_batch, args.split.batch_size);
-    set(&mut c.n_patches, args.split.n_patches);
-    set(&mut c.stride, args.stride);
-    set(&mut c.accumulation, args.split.gradient_accumulation_steps);
-    // With planning these are constraints the plan keeps; with --no-plan, the run's values.
-    c.checkpointing = args.memory.checkpointing().unwrap_or(false);
-    c.precision = args.memory.precision.unwrap_or_default();
-    if let Some(p) = args.placement {
-        c.placement = p.into();
-    }
-    if let Some(l) = length_from(args) {
-        c.length = l;
-    }
-    if let Some(lr) = args.lr {
-        c.lr = lr;
-    }
-    if let Some(clip) = args.clip_norm {
-        c.clip_norm = Some(clip);
-    }
-    if let Some(seed) = args.seed {
-        c.seed = seed;
-    }
-    if let Some(n) = args.checkpoint_every {
-        c.checkpoint_every = n;
-    }
-    if let Some(n) = args.validate_every {
-        c.validate_every = n;
-    }
-    if let Some(n) = args.empty_cache_every {
-        c.empty_cache_every = n;
-    }
-    Ok(c)
-}
-
-/// Trains the built-in model `name`: its features' mel bands, unless --n-mels asked for
-/// others, which the model then cannot read.
-fn set_model(config: &mut TrainConfig, name: &str, n_mels: Option<usize>) -> Result<()> {
-    config.set_built_in_model(name)?;
-    let mels = config.dataset.mels();
-    if let Some(asked) = n_mels {
-        anyhow::ensure!(
-            asked == mels,
-            "--n-mels {asked} does not fit --model {name}, which reads {mels} mel bands; \
-             leave --n-mels out"
-        );
-    }
-    Ok(())
-}
-
-fn length_from(args: &TrainArgs) -> Option<RunLength> {
-    args.steps
-        .map(RunLength::Steps)
-        .or(args.epochs.map(RunLength::Epochs))
-}
 
 /// Checkpoints go where the user says, else back into the run being resumed, else runs/latest.
 fn out_dir(args: &TrainArgs) -> PathBuf {
@@ -111,17 +34,11 @@ fn out_dir(args: &TrainArgs) -> PathBuf {
 
 pub fn run(args: TrainArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
-    let features = &args.data.features;
-    anyhow::ensure!(
-        args.data.data_root.is_some()
-            || (features.n_mels.is_none() && features.sample_rate.is_none() && !features.resample),
-        "--n-mels, --sample-rate and --resample describe the recordings under --data-root; \
-         the synthetic dataset has its own"
-    );
-    anyhow::ensure!(
-        args.resume.is_none() || args.data.data_root.is_none(),
-        "--resume continues a run on the dataset it started with; --data-root cannot change it"
-    );
+    let spec = args.spec()?;
+    if args.resume.is_none() {
+        // Before auto's quick benchmark: a setting of the other kind of dataset fails at once.
+        spec.dataset()?;
+    }
     let mut options = RunOptions {
         out_dir: Some(out_dir(&args)),
         stop_after: args.stop_after,
@@ -137,7 +54,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ),
     };
     // Auto times the model --model names (else the default), the one a new run trains.
-    let model = args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME);
+    let model = spec.model_name();
     // A resumed run keeps its backend unless one is named.
     let resolved: Option<Resolved> = match (args.backend, &args.device) {
         (Some(backend), Some(device)) if !device.accepts(backend) => anyhow::bail!(
@@ -170,8 +87,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ),
         None => None,
     };
-    let resume = match &saved {
-        Some(state) => Some(crate::resume::changes(&args, &state.config, target)?),
+    let resumed = match &saved {
+        Some(state) => Some(spec.resume(&state.config, target)?),
         None => None,
     };
     let budget_backend = match (target, &saved) {
@@ -180,42 +97,32 @@ pub fn run(args: TrainArgs) -> Result<()> {
         (None, None) => BackendKind::Flex,
     };
     let budget = crate::budget::resolve(
-        &args.memory,
+        &spec,
         budget_backend,
         resolved.as_ref().and_then(|r| r.device.as_ref()),
     )?;
     tracing::info!(bytes = budget.bytes, source = %budget.source, "memory budget");
     options.budget = Some(Budget::new(budget.bytes));
-    if args.no_plan {
-        anyhow::ensure!(
-            args.memory.effective_batch.is_none(),
-            "--effective-batch needs the planner to split it; with --no-plan give \
-             --batch-size, --n-patches and --gradient-accumulation-steps"
-        );
-    } else {
-        // A resumed run keeps its own effective batch and patch count; these are unused.
-        let defaults = headroom_core::model::info_of(model)?.default_batch;
-        options.planning = Some(planning(&args.memory, &args.split, budget.bytes, defaults)?);
-    }
+    // A resumed run keeps its own effective batch and patch count over the request's.
+    options.planning = spec.planning(budget.bytes)?;
     emit(Event::Budget {
         bytes: budget.bytes,
         source: budget.source,
     });
-    let mut trainer = match (&args.resume, resume, &saved) {
-        (Some(dir), Some(resume), Some(state)) => {
+    let mut trainer = match (&args.resume, resumed, &saved) {
+        (Some(dir), Some(resumed), Some(state)) => {
             emit(Event::Resumed {
                 from: dir.display().to_string(),
                 step: state.step,
-                changes: resume.said,
+                changes: resumed.said(&Flags),
             });
-            Trainer::resume(dir, &resume.changes, options)
+            Trainer::resume(dir, &resumed.changes, options)
                 .with_context(|| format!("cannot resume from {}", dir.display()))?
         }
-        _ => Trainer::new(
-            config_from(&args, target.unwrap_or(BackendKind::Flex.into()))?,
-            options,
-        )
-        .context("cannot start training")?,
+        _ => {
+            let config = spec.train_config(target.unwrap_or(BackendKind::Flex.into()))?;
+            Trainer::new(config, options).context("cannot start training")?
+        }
     };
 
     trainer.run(&mut emit)?;

@@ -4,14 +4,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use headroom_core::budget::Budget;
-use headroom_core::budget::{BudgetError, BudgetSource, DEFAULT_FRACTION, ResolvedBudget};
+use headroom_core::budget::{BudgetSource, ResolvedBudget};
 use headroom_core::checkpoint::CheckpointFiles;
 use headroom_core::data::LoaderOptions;
 use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
-use headroom_core::model::info_of;
 use headroom_core::setting::Described;
+use headroom_core::spec::RunSpec;
 use headroom_core::{BackendKind, RunOptions, TrainError, Trainer};
 use headroom_datasets::LoadedFile;
 use wasm_bindgen::prelude::*;
@@ -53,6 +53,16 @@ fn start() {
     console_error_panic_hook::set_once();
 }
 
+/// A run's error with the settings that fix it named as the address' keys.
+fn in_keys(error: TrainError) -> JsError {
+    in_keys_of(&error)
+}
+
+/// Core's error with the settings that fix it named as the address' keys.
+fn in_keys_of(error: &dyn Described) -> JsError {
+    JsError::new(&error.describe(&Keys))
+}
+
 /// Trains with the settings of the page's address `query`; `webgpu`: whether the browser
 /// offers WebGPU here; `files`: the folder the user picked or dropped, as `{path, bytes}`
 /// objects (`path` from the folder's name down, `bytes` a Uint8Array), empty for the
@@ -60,12 +70,7 @@ fn start() {
 /// bytes}` objects, empty for a new run. Each event goes to `emit` as one JSON line, each
 /// file of the run to `offer` as (name, text or bytes) for the page to offer as a download,
 /// and what the page should say beside them to `note`. Errors come back as the words
-/// trainer-cli would print.
-/// A run's error with the settings that fix it named as the address' keys.
-fn in_keys(error: TrainError) -> JsError {
-    JsError::new(&error.describe(&Keys))
-}
-
+/// trainer-cli would print, the settings named as the address' keys.
 #[wasm_bindgen]
 pub async fn train(
     query: String,
@@ -77,7 +82,7 @@ pub async fn train(
     let settings = PageSettings::parse(&query)?;
     let files = loaded_files(&files)?;
     let resume = checkpoint_files(&checkpoint)?;
-    let picked = folder_name(&files);
+    let spec = settings.spec(folder_name(&files).as_deref());
     let mut sink = |event: Event| page.emit(&event);
     let (backend, reason) = choose(settings.backend, webgpu).await?;
     sink(Event::BackendChoice {
@@ -87,14 +92,13 @@ pub async fn train(
     let ResolvedBudget {
         bytes: budget_bytes,
         source,
-    } = budget(&settings, backend).map_err(|e| JsError::new(&e.describe(&Keys)))?;
+    } = budget(&spec, backend)?;
     sink(Event::Budget {
         bytes: budget_bytes,
         source,
     });
-    let defaults = info_of(settings.model_name())?.default_batch;
     let options = RunOptions {
-        planning: settings.planning(budget_bytes, defaults)?,
+        planning: spec.planning(budget_bytes).map_err(|e| in_keys_of(&e))?,
         budget: Some(Budget::new(budget_bytes)),
         pause: Some(PAUSED.clone()),
         stop: Some(STOPPED.clone()),
@@ -108,15 +112,17 @@ pub async fn train(
         Some(saved) => {
             let name = std::path::Path::new(UPLOADED);
             let config = saved.state(name)?.config;
-            let changes = settings.resume_changes(&config, backend)?;
-            Trainer::resume_files_async(saved, name, &changes, options)
+            let resumed = spec
+                .resume(&config, Some(backend.into()))
+                .map_err(|e| in_keys_of(&e))?;
+            Trainer::resume_files_async(saved, name, &resumed.changes, options)
                 .await
                 .map_err(in_keys)?
         }
         None => {
-            let config = settings
-                .train_config(backend, picked.as_deref())
-                .map_err(|e| JsError::new(&e))?;
+            let config = spec
+                .train_config(backend.into())
+                .map_err(|e| in_keys_of(&e))?;
             Trainer::new_async(config, options).await.map_err(in_keys)?
         }
     };
@@ -251,14 +257,13 @@ async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String)
 /// The budget the address gives; else, on the CPU, the room left in WebAssembly's memory
 /// x the fraction every front-end takes, and on WebGPU a gibibyte, since WebGPU does not tell
 /// a page its GPU's memory. Resolved by core, as every front-end's budget is.
-fn budget(settings: &PageSettings, backend: BackendKind) -> Result<ResolvedBudget, BudgetError> {
-    let source = match (settings.budget_bytes, backend) {
-        (Some(bytes), _) => BudgetSource::Given(bytes),
-        (None, BackendKind::Wgpu) => BudgetSource::Assumed {
+fn budget(spec: &RunSpec, backend: BackendKind) -> Result<ResolvedBudget, JsError> {
+    let source = match (spec.budget_source().map_err(|e| in_keys_of(&e))?, backend) {
+        (BudgetSource::FreeMemory, BackendKind::Wgpu) => BudgetSource::Assumed {
             bytes: WEBGPU_DEFAULT_BUDGET,
             why: "WebGPU does not report the GPU's memory (the address' budget= gives another)",
         },
-        (None, _) => {
+        (BudgetSource::FreeMemory, _) => {
             let used = wasm_bindgen::memory()
                 .dyn_into::<js_sys::WebAssembly::Memory>()
                 .map(|m| {
@@ -272,6 +277,9 @@ fn budget(settings: &PageSettings, backend: BackendKind) -> Result<ResolvedBudge
                 of: "WebAssembly memory of 4 GiB not yet taken by the page",
             }
         }
+        (given, _) => given,
     };
-    source.resolve(DEFAULT_FRACTION, None)
+    source
+        .resolve(spec.memory.fraction, None)
+        .map_err(|e| in_keys_of(&e))
 }

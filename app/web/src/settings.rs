@@ -1,14 +1,10 @@
 //! A run's settings from the page's address (`?backend=cpu&steps=40&start=1`): what a test or
 //! a teacher's link starts a run with. The keys are `trainer-cli train`'s flags, shortened.
 
-use headroom_core::model::{DefaultBatch, ModelConfig, VqAutoencoderConfig};
-use headroom_core::plan::{Fixed, Planning, RequestError};
-use headroom_core::resume::{Identity, Refusal, Saved, Setting};
-use headroom_core::setting::Wording;
+use headroom_core::RunLength;
+use headroom_core::setting::{Setting, Wording};
 use headroom_core::size::parse_size;
-use headroom_core::train::{DatasetSource, ResumeChanges};
-use headroom_core::{BackendKind, RunLength, Target, TrainConfig};
-use headroom_datasets::FeatureSettings;
+use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
 
 /// Where the page trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,21 +80,6 @@ pub enum SettingsError {
     Zero { key: &'static str },
     #[error("with plan=0 the address must give batch, patches and accumulation")]
     SplitNeeded,
-    #[error(
-        "the address's `{key}` is the built-in dataset's; a picked folder has its own \
-         machine IDs and clips: remove it from the address"
-    )]
-    BuiltInOnly { key: &'static str },
-    #[error(
-        "the address's `{key}` is for a folder of your recordings: pick one (\"Choose a \
-         folder...\" beside Data), or remove it from the address to train on the built-in dataset"
-    )]
-    FolderOnly { key: &'static str },
-    #[error(
-        "the checkpoint continues its run, which the address would change: {changes}; remove \
-         them from the address to continue it, or start a new run without the checkpoint"
-    )]
-    ChangesResumedRun { changes: String },
 }
 
 fn known_keys() -> String {
@@ -231,205 +212,111 @@ impl PageSettings {
         Ok(s)
     }
 
-    /// The model the run trains: the one named, else the default.
-    pub fn model_name(&self) -> &str {
-        self.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME)
-    }
-
-    /// The run's configuration on `backend`, as `trainer-cli train` builds it from the same
-    /// flags: the built-in dataset, or the folder the user picked (`picked`: its name, which
-    /// stands for `--data-root`), the model's defaults, then what the address gives.
-    pub fn train_config(
-        &self,
-        backend: BackendKind,
-        picked: Option<&str>,
-    ) -> Result<TrainConfig, String> {
-        let mut c = TrainConfig {
-            backend,
-            ..TrainConfig::default()
-        };
-        if let Some(name) = &self.model {
-            c.set_built_in_model(name).map_err(|e| e.to_string())?;
-        }
-        if let Some(folder) = picked {
-            let built_in = [
-                ("ids", self.ids.is_some()),
-                ("train_clips", self.train_clips.is_some()),
-                ("test_clips", self.test_clips.is_some()),
-            ];
-            if let Some((key, _)) = built_in.iter().find(|(_, given)| *given) {
-                return Err(SettingsError::BuiltInOnly { key }.to_string());
-            }
-            let mut features = FeatureSettings::default();
-            if let Some(rate) = self.sample_rate {
-                features.logmel.sample_rate = rate;
-            }
-            features.resample = self.resample;
-            c.dataset = DatasetSource::Dcase {
-                root: folder.into(),
-                machine_type: self.machine_type.clone(),
-                features,
-            }
-            // The model's mel bands, as the built-in dataset has them.
-            .with_mels(c.dataset.mels());
-        } else {
-            let for_folder = [
-                ("machine_type", self.machine_type.is_some()),
-                ("sample_rate", self.sample_rate.is_some()),
-                ("resample", self.resample),
-            ];
-            if let Some((key, _)) = for_folder.iter().find(|(_, given)| *given) {
-                return Err(SettingsError::FolderOnly { key }.to_string());
-            }
-        }
-        if let DatasetSource::Synthetic(synthetic) = &mut c.dataset {
-            if let Some(ids) = self.ids {
-                synthetic.machine_ids = ids;
-            }
-            if let Some(n) = self.train_clips {
-                synthetic.train_per_id = n;
-            }
-            if let Some(n) = self.test_clips {
-                synthetic.test_normal_per_id = n;
-                synthetic.test_anomaly_per_id = n;
-            }
-        }
-        let set = |slot: &mut usize, v: Option<usize>| {
-            if let Some(v) = v {
-                *slot = v;
-            }
-        };
-        set(&mut c.micro_batch, self.batch);
-        set(&mut c.n_patches, self.patches);
-        set(&mut c.accumulation, self.accumulation);
-        if let Some(steps) = self.steps {
-            c.length = RunLength::Steps(steps);
-        }
-        if let Some(seed) = self.seed {
-            c.seed = seed;
-        }
-        if let Some(lr) = self.lr {
-            c.lr = lr;
-        }
-        Ok(c)
-    }
-
-    /// What a run resumed from a checkpoint of `saved` takes from the address, as
-    /// `trainer-cli train --resume` takes its flags: the backend, and `steps` as the run's new
-    /// length. A setting that would make it another run (model, seed, learning rate, patches,
-    /// the effective batch, the built-in dataset's size) is refused where it differs from the
-    /// saved run's, named; one equal to it is fine (the link the run started from).
-    pub fn resume_changes(
-        &self,
-        saved: &TrainConfig,
-        backend: BackendKind,
-    ) -> Result<ResumeChanges, SettingsError> {
-        let identity = Identity {
+    /// The run the address asks for, as core's spec, which core turns into the run's
+    /// configuration, the planner's request and a resumed run's changes as it does
+    /// trainer-cli's flags: `picked` is the name of the folder the user picked, which stands
+    /// for the data root, `None` for the built-in dataset.
+    pub fn spec(&self, picked: Option<&str>) -> RunSpec {
+        RunSpec {
             model: self.model.clone(),
+            data: DataSpec {
+                root: picked.map(Into::into),
+                machine_type: self.machine_type.clone(),
+                n_mels: None,
+                sample_rate: self.sample_rate,
+                resample: self.resample,
+                machine_ids: self.ids,
+                train_clips_per_id: self.train_clips,
+                test_clips_per_id: self.test_clips,
+            },
+            split: SplitSpec {
+                micro_batch: self.batch,
+                n_patches: self.patches,
+                accumulation: self.accumulation,
+                ..SplitSpec::default()
+            },
+            memory: MemorySpec {
+                budget: self
+                    .budget_bytes
+                    .map_or(BudgetSpec::FreeMemory, |bytes| BudgetSpec::Given { bytes }),
+                ..MemorySpec::default()
+            },
+            planner: self.plan,
+            length: self.steps.map(RunLength::Steps),
             lr: self.lr,
             seed: self.seed,
-            n_patches: self.patches,
-            micro_batch: self.batch,
-            accumulation: self.accumulation,
-            machine_ids: self.ids,
-            train_clips_per_id: self.train_clips,
-            test_clips_per_id: self.test_clips,
-            ..Identity::default()
-        };
-        let refused: Vec<String> = identity.refusals(saved).iter().map(refusal_words).collect();
-        if !refused.is_empty() {
-            return Err(SettingsError::ChangesResumedRun {
-                changes: refused.join(", "),
-            });
+            ..RunSpec::default()
         }
-        Ok(ResumeChanges {
-            target: Some(Target::from(backend)),
-            length: self.steps.map(RunLength::Steps),
-            ..ResumeChanges::default()
-        })
-    }
-
-    /// The planner's request, `None` with plan=0: the effective batch the split describes
-    /// (the model's defaults where it is open), every part given kept as a constraint.
-    pub fn planning(
-        &self,
-        budget_bytes: u64,
-        defaults: DefaultBatch,
-    ) -> Result<Option<Planning>, SettingsError> {
-        if !self.plan {
-            return Ok(None);
-        }
-        let fixed = Fixed {
-            micro_batch: self.batch,
-            n_patches: self.patches,
-            accumulation: self.accumulation,
-            checkpointing: None,
-            precision: None,
-        };
-        let planning = Planning::new(budget_bytes, None, fixed, defaults).map_err(|error| {
-            let RequestError::Zero(part) = error;
-            let key = key(part);
-            SettingsError::Zero { key }
-        })?;
-        Ok(Some(planning))
     }
 }
 
-/// The address' key that sets `setting`; a setting the address has no key for, in words.
-fn key(setting: Setting) -> &'static str {
-    match setting {
+/// The address' key that sets `setting`, where it has one.
+fn key(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
         Setting::Model => "model",
         Setting::LearningRate => "lr",
         Setting::Seed => "seed",
         Setting::MicroBatch => "batch",
         Setting::Accumulation => "accumulation",
         Setting::PatchesPerSpectrogram => "patches",
-        Setting::MicroBatchTimesAccumulation => "batch x accumulation x patches",
         Setting::MachineIds => "ids",
         Setting::TrainClipsPerId => "train_clips",
         Setting::TestClipsPerId => "test_clips",
         Setting::MemoryBudget => "budget",
-        Setting::PlannerOff => "plan=0",
-        Setting::Resample => "resample=1",
         Setting::SampleRate => "sample_rate",
-        other => other.words(),
-    }
+        Setting::MachineType => "machine_type",
+        Setting::Steps => "steps",
+        _ => return None,
+    })
 }
 
-/// Core's settings as the address' keys, in an error's words.
+/// Core's settings as the address' keys, in an error's words; a setting the address has no
+/// key for, as the page shows it, or in core's words.
 pub struct Keys;
 
 impl Wording for Keys {
     fn setting(&self, setting: Setting) -> String {
-        let key = key(setting);
-        if key == setting.words() {
-            key.to_string()
-        } else {
-            format!("`{key}`")
+        if let Some(key) = key(setting) {
+            return format!("`{key}`");
+        }
+        match setting {
+            Setting::PlannerOff => "`plan=0`".into(),
+            Setting::Resample => "`resample=1`".into(),
+            Setting::DataRoot => "a picked folder (\"Choose a folder...\" beside Data)".into(),
+            Setting::Resume => "the checkpoint".into(),
+            other => other.words().into(),
         }
     }
-}
 
-/// A refused setting in the words of the address' key.
-fn refusal_words(refusal: &Refusal) -> String {
-    let key = key(refusal.setting);
-    match &refusal.saved {
-        Saved::Value(was) => format!("`{key}={}` (the run has {was})", refusal.given),
-        Saved::Recordings(root) => format!(
-            "`{key}={}` (the run reads the recordings in {})",
-            refusal.given,
-            root.display()
-        ),
+    fn given(&self, setting: Setting, value: &str) -> String {
+        match (key(setting), setting) {
+            (Some(key), _) => format!("`{key}={value}`"),
+            (None, Setting::Resample) => self.setting(setting),
+            (None, _) => format!("{} {value}", self.setting(setting)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use headroom_core::setting::Described;
+    use headroom_core::train::DatasetSource;
+    use headroom_core::{BackendKind, Target, TrainConfig};
+
     use super::*;
+
+    fn flex() -> Target {
+        BackendKind::Flex.into()
+    }
+
+    /// What core says about a run the address asks for, in the address' keys.
+    fn config(query: &str, picked: Option<&str>) -> Result<TrainConfig, String> {
+        let spec = PageSettings::parse(query).unwrap().spec(picked);
+        spec.train_config(flex()).map_err(|e| e.describe(&Keys))
+    }
 
     #[test]
     fn core_errors_name_the_address_keys() {
-        use headroom_core::setting::Described;
         let error = headroom_core::TrainError::NonFinite {
             step: 3,
             loss: f64::NAN,
@@ -446,9 +333,9 @@ mod tests {
                 .unwrap();
         assert_eq!(s.backend, WebBackend::Cpu);
         assert!(s.start && s.plan && s.eval);
-        assert_eq!(s.steps, Some(40));
-        assert_eq!(s.budget_bytes, Some(512 << 20));
-        let c = s.train_config(BackendKind::Flex, None).unwrap();
+        let spec = s.spec(None);
+        assert_eq!(spec.memory.budget, BudgetSpec::Given { bytes: 512 << 20 });
+        let c = spec.train_config(flex()).unwrap();
         assert_eq!(c.length, RunLength::Steps(40));
         assert_eq!(c.seed, 7);
         assert_eq!(c.micro_batch, TrainConfig::default().micro_batch);
@@ -464,8 +351,8 @@ mod tests {
 
     #[test]
     fn a_picked_folder_is_the_run_s_data_root_and_takes_its_own_settings() {
-        let s = PageSettings::parse("machine_type=fan&resample=1&sample_rate=22050").unwrap();
-        let c = s.train_config(BackendKind::Flex, Some("dev_data")).unwrap();
+        let query = "machine_type=fan&resample=1&sample_rate=22050";
+        let c = config(query, Some("dev_data")).unwrap();
         let DatasetSource::Dcase {
             root,
             machine_type,
@@ -479,24 +366,27 @@ mod tests {
         assert!(features.resample);
         assert_eq!(features.logmel.sample_rate, 22_050);
         assert_eq!(c.dataset.mels(), TrainConfig::default().dataset.mels());
-        let folder_only = s.train_config(BackendKind::Flex, None).unwrap_err();
-        assert!(folder_only.contains("`machine_type`"), "{folder_only}");
-        let built_in_only = PageSettings::parse("ids=2")
-            .unwrap()
-            .train_config(BackendKind::Flex, Some("dev_data"))
-            .unwrap_err();
-        assert!(built_in_only.contains("`ids`"), "{built_in_only}");
+        let folder_only = config(query, None).unwrap_err();
+        assert!(
+            folder_only
+                .starts_with("`machine_type` describes the recordings under a picked folder"),
+            "{folder_only}"
+        );
+        let built_in_only = config("ids=2", Some("dev_data")).unwrap_err();
+        assert!(
+            built_in_only.starts_with("`ids` sizes the built-in dataset"),
+            "{built_in_only}"
+        );
     }
 
     #[test]
     fn a_given_split_is_kept_by_the_planner_and_required_without_it() {
-        let defaults = DefaultBatch {
-            spectrograms: 8,
-            patches: 4,
-        };
-        let s = PageSettings::parse("batch=2&accumulation=3").unwrap();
-        let planning = s.planning(1 << 30, defaults).unwrap().unwrap();
-        assert_eq!(planning.effective_batch, 2 * 4 * 3);
+        let spec = PageSettings::parse("batch=2&accumulation=3")
+            .unwrap()
+            .spec(None);
+        let planning = spec.planning(1 << 30).unwrap().unwrap();
+        let patches = TrainConfig::default().n_patches;
+        assert_eq!(planning.effective_batch, 2 * patches * 3);
         assert_eq!(planning.fixed.micro_batch, Some(2));
         assert_eq!(planning.fixed.n_patches, None);
         assert_eq!(
@@ -504,7 +394,7 @@ mod tests {
             Err(SettingsError::SplitNeeded)
         );
         let fixed = PageSettings::parse("plan=0&batch=2&patches=4&accumulation=1").unwrap();
-        assert!(fixed.planning(1 << 30, defaults).unwrap().is_none());
+        assert!(fixed.spec(None).planning(1 << 30).unwrap().is_none());
     }
 
     #[test]
@@ -522,58 +412,55 @@ mod tests {
         );
         assert!(PageSettings::parse("budget=lots").is_err());
         assert!(PageSettings::parse("lr=-1").is_err());
-        let model = PageSettings::parse("model=resnet")
-            .unwrap()
-            .train_config(BackendKind::Flex, None)
-            .unwrap_err();
+        let model = config("model=resnet", None).unwrap_err();
         assert!(model.contains("resnet"), "{model}");
     }
 
     #[test]
     fn a_resumed_run_takes_the_backend_and_length_and_refuses_what_would_change_it() {
-        let mut saved = PageSettings::parse("steps=4&seed=7&ids=1")
-            .unwrap()
-            .train_config(BackendKind::Flex, None)
-            .unwrap();
+        let mut saved = config("steps=4&seed=7&ids=1", None).unwrap();
         saved.micro_batch = 2;
         saved.accumulation = 1;
+        let resume = |query: &str, backend: BackendKind| {
+            let spec = PageSettings::parse(query).unwrap().spec(None);
+            spec.resume(&saved, Some(backend.into()))
+                .map_err(|e| e.describe(&Keys))
+        };
         // The link the run started from, with a longer run.
-        let same = PageSettings::parse("steps=10&seed=7&ids=1").unwrap();
-        let changes = same.resume_changes(&saved, BackendKind::Wgpu).unwrap();
+        let changes = resume("steps=10&seed=7&ids=1", BackendKind::Wgpu)
+            .unwrap()
+            .changes;
         assert_eq!(changes.length, Some(RunLength::Steps(10)));
         assert_eq!(changes.target, Some(Target::from(BackendKind::Wgpu)));
-        let quiet = PageSettings::parse("").unwrap();
-        assert_eq!(
-            quiet
-                .resume_changes(&saved, BackendKind::Flex)
-                .unwrap()
-                .length,
-            None
+        assert_eq!(resume("", BackendKind::Flex).unwrap().changes.length, None);
+        // A link without the planner, repeated: its split is the run's.
+        assert!(resume("plan=0&batch=2&patches=4&accumulation=1", BackendKind::Flex).is_ok());
+        let other = resume(
+            "seed=8&ids=2&model=dcase-ae&batch=4&accumulation=1",
+            BackendKind::Flex,
+        )
+        .unwrap_err();
+        assert!(
+            other.starts_with("the checkpoint continues the saved run"),
+            "{other}"
         );
-        let other = PageSettings::parse("seed=8&ids=2&model=dcase-ae&batch=4&accumulation=1")
-            .unwrap()
-            .resume_changes(&saved, BackendKind::Flex)
-            .unwrap_err()
-            .to_string();
         for named in [
             "`seed=8` (the run has 7)",
             "`ids=2` (the run has 1)",
             "`model=dcase-ae`",
+            "`batch=4` with `accumulation=1` (an effective batch of",
         ] {
             assert!(other.contains(named), "{named}: {other}");
         }
-        assert!(other.contains("batch x accumulation x patches"), "{other}");
-        let folder = PageSettings::parse("")
-            .unwrap()
-            .train_config(BackendKind::Flex, Some("dev_data"))
-            .unwrap();
+        let folder = config("", Some("dev_data")).unwrap();
         let built_in = PageSettings::parse("test_clips=3")
             .unwrap()
-            .resume_changes(&folder, BackendKind::Flex)
+            .spec(None)
+            .resume(&folder, None)
             .unwrap_err()
-            .to_string();
+            .describe(&Keys);
         assert!(
-            built_in.contains("`test_clips=3` (the run reads the recordings in dev_data)"),
+            built_in.contains("`test_clips=3` (the run reads the recordings under dev_data)"),
             "{built_in}"
         );
     }

@@ -1,44 +1,73 @@
-//! The app's planning: the budget resolved by core from the user's choice, and the plan
-//! previewed from the device's calibration as the pins change (the run plans again, with its
+//! The app's planning: the user's choices as core's run spec, the budget resolved by core
+//! from it, and the plan previewed from the device's calibration as the pins change (the run plans again, with its
 //! dataset counted).
 
+use headroom_core::RunLength;
 use headroom_core::budget::simulated as devices;
-use headroom_core::budget::{BudgetSource, DEFAULT_FRACTION};
 use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, RunShare, from_calibration};
+use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
 
 use super::{BudgetChoice, HeadroomApp};
 
 impl HeadroomApp {
-    /// The planner's request for the current pins and budget, built by core as every
-    /// front-end's is: the effective batch the user set, the pinned parts kept, the model's
-    /// own patches per spectrogram preferred.
+    /// The run the current choices ask for, as core's spec, which the CLI's flags and the
+    /// page's address fill too: the model, the dataset, the pinned parts of the split, the
+    /// effective batch, the budget's source and the run's length.
+    pub(super) fn spec(&self) -> Result<RunSpec, String> {
+        let budget = match &self.budget_choice {
+            BudgetChoice::FreeMemory => BudgetSpec::FreeMemory,
+            BudgetChoice::Simulated(i) => BudgetSpec::Simulated {
+                device: devices::DEVICES
+                    .get(*i)
+                    .ok_or("no such simulated device")?
+                    .name
+                    .to_string(),
+            },
+            BudgetChoice::Custom(text) => BudgetSpec::Given {
+                bytes: headroom_core::size::parse_size(text).map_err(|e| e.to_string())?,
+            },
+        };
+        let fixed = self.pins.fixed();
+        Ok(RunSpec {
+            model: Some(self.model.clone()),
+            data: DataSpec {
+                root: self.dataset.root.clone(),
+                ..DataSpec::default()
+            },
+            split: SplitSpec {
+                micro_batch: fixed.micro_batch,
+                n_patches: fixed.n_patches,
+                accumulation: fixed.accumulation,
+                ..SplitSpec::default()
+            },
+            memory: MemorySpec {
+                budget,
+                effective_batch: Some(self.effective_batch),
+                checkpointing: fixed.checkpointing,
+                precision: fixed.precision,
+                ..MemorySpec::default()
+            },
+            length: Some(RunLength::Steps(self.settings.steps)),
+            ..RunSpec::default()
+        })
+    }
+
+    /// The planner's request for the current pins and budget, built by core from the spec as
+    /// every front-end's is.
     pub(super) fn planning(&self, budget_bytes: u64) -> Result<Planning, String> {
-        let defaults = headroom_core::model::info_of(&self.model)
+        self.spec()?
+            .planning(budget_bytes)
             .map_err(|e| e.to_string())?
-            .default_batch;
-        Planning::new(
-            budget_bytes,
-            Some(self.effective_batch),
-            self.pins.fixed(),
-            defaults,
-        )
-        .map_err(|e| e.to_string())
+            .ok_or_else(|| "the app always plans".to_string())
     }
 
     /// The budget and where it came from, resolved by core as the CLI's is.
     pub fn budget(&self) -> Result<(u64, String), String> {
-        let source = match &self.budget_choice {
-            BudgetChoice::FreeMemory => BudgetSource::FreeMemory,
-            BudgetChoice::Simulated(i) => BudgetSource::Simulated(
-                *devices::DEVICES.get(*i).ok_or("no such simulated device")?,
-            ),
-            BudgetChoice::Custom(text) => BudgetSource::Given(
-                headroom_core::size::parse_size(text).map_err(|e| e.to_string())?,
-            ),
-        };
+        let spec = self.spec()?;
+        let source = spec.budget_source().map_err(|e| e.to_string())?;
         source
-            .resolve(DEFAULT_FRACTION, self.device())
+            .resolve(spec.memory.fraction, self.device())
             .map(|b| (b.bytes, b.source))
             .map_err(|e| e.to_string())
     }

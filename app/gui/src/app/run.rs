@@ -4,10 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use headroom_core::RunOptions;
 use headroom_core::budget::Budget;
-use headroom_core::train::DatasetSource;
-use headroom_core::{RunLength, RunOptions, TrainConfig};
-use headroom_datasets::FeatureSettings;
 
 use super::HeadroomApp;
 use crate::jobs::{self, Message, RunControl};
@@ -30,25 +28,16 @@ impl HeadroomApp {
                 return;
             }
         };
-        let dataset = match &self.dataset.root {
-            Some(root) => DatasetSource::Dcase {
-                root: root.clone(),
-                machine_type: None,
-                features: FeatureSettings::default(),
-            },
-            None => DatasetSource::Synthetic(self.synthetic.clone()),
+        let config = match self
+            .spec()
+            .and_then(|spec| spec.train_config(target).map_err(|e| e.to_string()))
+        {
+            Ok(config) => config,
+            Err(e) => {
+                self.status = e;
+                return;
+            }
         };
-        let mut config = TrainConfig {
-            backend: target.backend,
-            device: target.device,
-            length: RunLength::Steps(self.settings.steps),
-            dataset,
-            ..TrainConfig::default()
-        };
-        if let Err(e) = config.set_built_in_model(&self.model) {
-            self.status = e.to_string();
-            return;
-        }
         let planning = match self.planning(budget) {
             Ok(planning) => planning,
             Err(e) => {

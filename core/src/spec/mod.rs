@@ -1,0 +1,376 @@
+//! One run as a user asks for it, whichever front-end they ask through: `trainer-cli train`'s
+//! flags, the desktop app's choices and the page's address each fill a [`RunSpec`] and hand it
+//! here. Core turns it into the run's configuration ([`RunSpec::train_config`]), the
+//! planner's request ([`RunSpec::planning`]), the budget's source ([`RunSpec::budget_source`])
+//! and, for a resumed run, what it may change ([`RunSpec::resume`]); the front-ends only
+//! collect input and word core's answers. `None` everywhere: the engine's default.
+
+mod resume;
+
+use std::path::PathBuf;
+
+use headroom_datasets::{FeatureSettings, PatchPlacement};
+use serde::{Deserialize, Serialize};
+
+use crate::Target;
+use crate::budget::BudgetSource;
+use crate::budget::simulated::{self, UnknownDevice};
+use crate::config::{DatasetSource, RunLength, TrainConfig};
+use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig, info_of};
+use crate::plan::{Fixed, Planning, RequestError};
+use crate::precision::Precision;
+use crate::setting::{Described, PlainWords, Setting, Wording};
+
+pub use resume::{Change, Refusal, ResumeError, Resumed};
+
+/// What a run is asked to be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunSpec {
+    /// A built-in model's name (`model::built_in`).
+    pub model: Option<String>,
+    pub data: DataSpec,
+    pub split: SplitSpec,
+    pub memory: MemorySpec,
+    /// Plan the split (`true`), or train the split given, the model's defaults filling it.
+    pub planner: bool,
+    pub length: Option<RunLength>,
+    pub lr: Option<f64>,
+    pub clip_norm: Option<f64>,
+    pub seed: Option<u64>,
+    pub checkpoint_every: Option<u64>,
+    pub validate_every: Option<u64>,
+    pub empty_cache_every: Option<u64>,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        Self {
+            model: None,
+            data: DataSpec::default(),
+            split: SplitSpec::default(),
+            memory: MemorySpec::default(),
+            planner: true,
+            length: None,
+            lr: None,
+            clip_norm: None,
+            seed: None,
+            checkpoint_every: None,
+            validate_every: None,
+            empty_cache_every: None,
+        }
+    }
+}
+
+/// Where the clips come from: recordings under `root`, else the built-in dataset.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataSpec {
+    /// A folder in the DCASE layout.
+    pub root: Option<PathBuf>,
+    /// The recordings': one machine type of the folder.
+    pub machine_type: Option<String>,
+    /// The recordings': their features' mel bands, which must be the model's.
+    pub n_mels: Option<usize>,
+    /// The recordings': their sample rate in Hz.
+    pub sample_rate: Option<u32>,
+    /// The recordings': convert another sample rate instead of rejecting the file.
+    pub resample: bool,
+    /// The built-in dataset's machine IDs.
+    pub machine_ids: Option<u32>,
+    /// The built-in dataset's train clips per machine ID.
+    pub train_clips_per_id: Option<usize>,
+    /// The built-in dataset's normal, and anomalous, test clips per machine ID.
+    pub test_clips_per_id: Option<usize>,
+}
+
+/// How a step is split and its patches cut, where the user fixes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SplitSpec {
+    pub micro_batch: Option<usize>,
+    pub n_patches: Option<usize>,
+    pub accumulation: Option<usize>,
+    pub stride: Option<usize>,
+    pub placement: Option<PatchPlacement>,
+}
+
+/// The planner's inputs beside the split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemorySpec {
+    pub budget: BudgetSpec,
+    /// The share of the device's free memory a budget from free memory takes.
+    pub fraction: f64,
+    /// Patches per optimizer step, kept whatever the split.
+    pub effective_batch: Option<usize>,
+    pub checkpointing: Option<bool>,
+    pub precision: Option<Precision>,
+}
+
+impl Default for MemorySpec {
+    fn default() -> Self {
+        Self {
+            budget: BudgetSpec::default(),
+            fraction: crate::budget::DEFAULT_FRACTION,
+            effective_batch: None,
+            checkpointing: None,
+            precision: None,
+        }
+    }
+}
+
+/// Where the memory budget comes from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BudgetSpec {
+    /// The training device's free memory x the fraction.
+    #[default]
+    FreeMemory,
+    Given {
+        bytes: u64,
+    },
+    /// A known GPU's memory (`budget::simulated`), by name.
+    Simulated {
+        device: String,
+    },
+}
+
+/// A run that cannot be what was asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.describe(&PlainWords))]
+pub enum SpecError {
+    /// A setting of recordings given for the built-in dataset.
+    ForRecordings(Setting),
+    /// A size of the built-in dataset given for recordings.
+    ForBuiltIn(Setting),
+    /// Features of other mel bands than the model reads.
+    MelsDoNotFit {
+        asked: usize,
+        model: String,
+        mels: usize,
+    },
+    EffectiveBatchWithoutPlanner,
+    Model(ModelError),
+    Request(RequestError),
+    UnknownDevice(UnknownDevice),
+}
+
+impl Described for SpecError {
+    fn describe(&self, words: &dyn Wording) -> String {
+        let data_root = words.setting(Setting::DataRoot);
+        match self {
+            SpecError::ForRecordings(setting) => format!(
+                "{} describes the recordings under {data_root}; the built-in dataset has its own",
+                words.setting(*setting)
+            ),
+            SpecError::ForBuiltIn(setting) => format!(
+                "{} sizes the built-in dataset; the recordings under {data_root} have their own",
+                words.setting(*setting)
+            ),
+            SpecError::MelsDoNotFit { asked, model, mels } => format!(
+                "{} does not fit {}, which reads {mels} mel bands; leave {} out",
+                words.given(Setting::NMels, &asked.to_string()),
+                words.given(Setting::Model, model),
+                words.setting(Setting::NMels)
+            ),
+            SpecError::EffectiveBatchWithoutPlanner => format!(
+                "{} needs the planner to split it; with {} give {}, {} and {}",
+                words.setting(Setting::EffectiveBatch),
+                words.setting(Setting::PlannerOff),
+                words.setting(Setting::MicroBatch),
+                words.setting(Setting::PatchesPerSpectrogram),
+                words.setting(Setting::Accumulation)
+            ),
+            SpecError::Model(error) => error.describe(words),
+            SpecError::Request(error) => error.describe(words),
+            SpecError::UnknownDevice(error) => error.to_string(),
+        }
+    }
+}
+
+impl From<ModelError> for SpecError {
+    fn from(error: ModelError) -> Self {
+        SpecError::Model(error)
+    }
+}
+
+impl From<RequestError> for SpecError {
+    fn from(error: RequestError) -> Self {
+        SpecError::Request(error)
+    }
+}
+
+impl RunSpec {
+    /// The model the run trains: the one named, else the default.
+    pub fn model_name(&self) -> &str {
+        self.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME)
+    }
+
+    /// The clips the spec names: the recordings under the data root, else the built-in
+    /// dataset at its sizes. A setting of the other kind of dataset is refused, so that a
+    /// misplaced one does not go unnoticed.
+    pub fn dataset(&self) -> Result<DatasetSource, SpecError> {
+        let d = &self.data;
+        let for_recordings = [
+            (Setting::MachineType, d.machine_type.is_some()),
+            (Setting::NMels, d.n_mels.is_some()),
+            (Setting::SampleRate, d.sample_rate.is_some()),
+            (Setting::Resample, d.resample),
+        ];
+        let for_built_in = [
+            (Setting::MachineIds, d.machine_ids.is_some()),
+            (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
+            (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
+        ];
+        let Some(root) = &d.root else {
+            if let Some((setting, _)) = for_recordings.iter().find(|(_, given)| *given) {
+                return Err(SpecError::ForRecordings(*setting));
+            }
+            let mut source = TrainConfig::default().dataset;
+            if let DatasetSource::Synthetic(synthetic) = &mut source {
+                if let Some(ids) = d.machine_ids {
+                    synthetic.machine_ids = ids;
+                }
+                if let Some(n) = d.train_clips_per_id {
+                    synthetic.train_per_id = n;
+                }
+                if let Some(n) = d.test_clips_per_id {
+                    synthetic.test_normal_per_id = n;
+                    synthetic.test_anomaly_per_id = n;
+                }
+            }
+            return Ok(source);
+        };
+        if let Some((setting, _)) = for_built_in.iter().find(|(_, given)| *given) {
+            return Err(SpecError::ForBuiltIn(*setting));
+        }
+        let mut features = FeatureSettings::default();
+        if let Some(n) = d.n_mels {
+            features.logmel.n_mels = n;
+        }
+        if let Some(rate) = d.sample_rate {
+            features.logmel.sample_rate = rate;
+        }
+        features.resample = d.resample;
+        Ok(DatasetSource::Dcase {
+            root: root.clone(),
+            machine_type: d.machine_type.clone(),
+            features,
+        })
+    }
+
+    /// The configuration of a new run on `target`: the dataset, the named model (its mel
+    /// bands, strides and default split), then every setting given.
+    pub fn train_config(&self, target: Target) -> Result<TrainConfig, SpecError> {
+        let mut c = TrainConfig {
+            backend: target.backend,
+            device: target.device,
+            dataset: self.dataset()?,
+            ..TrainConfig::default()
+        };
+        // First, so that the settings below override the model's split and strides.
+        if let Some(name) = &self.model {
+            c.set_built_in_model(name)?;
+            let mels = c.dataset.mels();
+            if let Some(asked) = self.data.n_mels
+                && asked != mels
+            {
+                return Err(SpecError::MelsDoNotFit {
+                    asked,
+                    model: name.clone(),
+                    mels,
+                });
+            }
+        }
+        let split = &self.split;
+        let set = |slot: &mut usize, v: Option<usize>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut c.micro_batch, split.micro_batch);
+        set(&mut c.n_patches, split.n_patches);
+        set(&mut c.accumulation, split.accumulation);
+        set(&mut c.stride, split.stride);
+        if let Some(placement) = split.placement {
+            c.placement = placement;
+        }
+        // With the planner these are constraints the plan keeps; without it, the run's.
+        c.checkpointing = self.memory.checkpointing.unwrap_or(false);
+        c.precision = self.memory.precision.unwrap_or_default();
+        if let Some(length) = self.length {
+            c.length = length;
+        }
+        if let Some(lr) = self.lr {
+            c.lr = lr;
+        }
+        if let Some(clip) = self.clip_norm {
+            c.clip_norm = Some(clip);
+        }
+        if let Some(seed) = self.seed {
+            c.seed = seed;
+        }
+        let set = |slot: &mut u64, v: Option<u64>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut c.checkpoint_every, self.checkpoint_every);
+        set(&mut c.validate_every, self.validate_every);
+        set(&mut c.empty_cache_every, self.empty_cache_every);
+        Ok(c)
+    }
+
+    /// Where the budget comes from: the device's free memory is measured by the front-end
+    /// that knows how (a probe, a browser's WebAssembly memory).
+    pub fn budget_source(&self) -> Result<BudgetSource, SpecError> {
+        Ok(match &self.memory.budget {
+            BudgetSpec::FreeMemory => BudgetSource::FreeMemory,
+            BudgetSpec::Given { bytes } => BudgetSource::Given(*bytes),
+            BudgetSpec::Simulated { device } => {
+                BudgetSource::Simulated(simulated::find(device).map_err(SpecError::UnknownDevice)?)
+            }
+        })
+    }
+
+    /// The planner's request for a budget of `budget_bytes`, `None` with the planner off:
+    /// the effective batch asked for (else the split given, the model's default where it is
+    /// open), every part given kept as a constraint. A resumed run keeps its own effective
+    /// batch and patch count over these.
+    pub fn planning(&self, budget_bytes: u64) -> Result<Option<Planning>, SpecError> {
+        if !self.planner {
+            if self.memory.effective_batch.is_some() {
+                return Err(SpecError::EffectiveBatchWithoutPlanner);
+            }
+            return Ok(None);
+        }
+        let defaults = info_of(self.model_name())?.default_batch;
+        self.planning_for(budget_bytes, defaults).map(Some)
+    }
+
+    /// The planner's request for a model whose default step is `defaults`, as
+    /// [`Self::planning`] builds it: for a model that is not built in by name.
+    pub fn planning_for(
+        &self,
+        budget_bytes: u64,
+        defaults: DefaultBatch,
+    ) -> Result<Planning, SpecError> {
+        let fixed = Fixed {
+            micro_batch: self.split.micro_batch,
+            n_patches: self.split.n_patches,
+            accumulation: self.split.accumulation,
+            checkpointing: self.memory.checkpointing,
+            precision: self.memory.precision,
+        };
+        Ok(Planning::new(
+            budget_bytes,
+            self.memory.effective_batch,
+            fixed,
+            defaults,
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests;
