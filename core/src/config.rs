@@ -152,16 +152,19 @@ impl Default for TrainConfig {
 }
 
 /// What a resumed run may change from the saved one: where and how long it runs, and how often
-/// it checkpoints, validates and empties the device's cache. What it learns from (the data,
-/// the step's size, the learning rate, the seed) stays the saved run's; the planner may split
-/// the step differently (`RunOptions::planning`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// it checkpoints, validates and empties the device's cache, and where its recordings are now.
+/// What it learns from (the data, the step's size, the learning rate, the seed) stays the saved
+/// run's; the planner may split the step differently (`RunOptions::planning`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResumeChanges {
     pub target: Option<Target>,
     pub length: Option<RunLength>,
     pub checkpoint_every: Option<u64>,
     pub validate_every: Option<u64>,
     pub empty_cache_every: Option<u64>,
+    /// The saved run's folder of recordings, found at another path (a page's run saves only
+    /// the picked folder's name).
+    pub data_root: Option<std::path::PathBuf>,
 }
 
 impl ResumeChanges {
@@ -181,6 +184,11 @@ impl ResumeChanges {
         }
         if let Some(n) = self.empty_cache_every {
             config.empty_cache_every = n;
+        }
+        if let (Some(moved), DatasetSource::Dcase { root, .. }) =
+            (&self.data_root, &mut config.dataset)
+        {
+            *root = moved.clone();
         }
     }
 }

@@ -98,6 +98,11 @@ pub enum Change {
         given: u64,
         was: u64,
     },
+    /// The run's folder of recordings at another path: the same folder's name.
+    DataRoot {
+        given: PathBuf,
+        was: PathBuf,
+    },
     /// Parts of the split (or the precision, the checkpointing) the planner keeps; the
     /// effective batch stays the run's.
     ForThePlan {
@@ -129,6 +134,11 @@ impl Described for Change {
                 given,
                 was,
             } => format!("{} (was {was})", words.given(*setting, &given.to_string())),
+            Change::DataRoot { given, was } => format!(
+                "{} (was {}: the same folder's name)",
+                words.given(Setting::DataRoot, &given.display().to_string()),
+                was.display()
+            ),
             Change::ForThePlan {
                 given,
                 effective_batch,
@@ -249,6 +259,15 @@ impl RunSpec {
                     was,
                 });
             }
+        }
+        if let (Some(given), DatasetSource::Dcase { root, .. }) = (&self.data.root, &saved.dataset)
+            && given != root
+        {
+            resumed.changes.data_root = Some(given.clone());
+            resumed.said.push(Change::DataRoot {
+                given: given.clone(),
+                was: root.clone(),
+            });
         }
         let for_the_plan: Vec<(Setting, String)> = self
             .split_parts()
@@ -376,15 +395,22 @@ impl RunSpec {
             (Setting::TestClipsPerId, d.test_clips_per_id),
         ];
         let recordings = [
-            (
-                Setting::DataRoot,
-                d.root.as_ref().map(|r| r.display().to_string()),
-            ),
             (Setting::MachineType, d.machine_type.clone()),
             (Setting::NMels, d.n_mels.map(|v| v.to_string())),
             (Setting::SampleRate, d.sample_rate.map(|v| v.to_string())),
             (Setting::Resample, d.resample.then(|| on_off(true))),
         ];
+        // Another path with the same folder's name is the run's folder moved, or a page's run
+        // (which saves only the picked folder's name) continued natively.
+        if let (Some(given), DatasetSource::Dcase { root, .. }) = (&d.root, &saved.dataset)
+            && given.file_name() != root.file_name()
+        {
+            refused.push(Refusal::Differs {
+                setting: Setting::DataRoot,
+                given: given.display().to_string(),
+                saved: root.display().to_string(),
+            });
+        }
         let mut differs = |setting, given: Option<String>, was: String| {
             if let Some(given) = given
                 && given != was
@@ -406,7 +432,8 @@ impl RunSpec {
                 for ((setting, given), was) in built_in.into_iter().zip(was) {
                     differs(setting, given.map(|v| v.to_string()), was.to_string());
                 }
-                for (setting, given) in recordings {
+                let root = d.root.as_ref().map(|r| r.display().to_string());
+                for (setting, given) in [(Setting::DataRoot, root)].into_iter().chain(recordings) {
                     differs(setting, given, "the built-in dataset".to_string());
                 }
             }
@@ -416,7 +443,6 @@ impl RunSpec {
                 features,
             } => {
                 let was = [
-                    root.display().to_string(),
                     machine_type.clone().unwrap_or_else(|| "every type".into()),
                     features.logmel.n_mels.to_string(),
                     features.logmel.sample_rate.to_string(),

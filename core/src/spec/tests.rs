@@ -368,7 +368,31 @@ mod resuming {
             },
             ..RunSpec::default()
         };
-        assert!(same_folder.resume(&saved, None).is_ok());
+        assert_eq!(
+            same_folder.resume(&saved, None).unwrap(),
+            Resumed::default()
+        );
+        let moved = RunSpec {
+            data: DataSpec {
+                root: Some("/mnt/disk/dev_data".into()),
+                ..DataSpec::default()
+            },
+            ..RunSpec::default()
+        };
+        let resumed = moved.resume(&saved, None).unwrap();
+        assert_eq!(
+            resumed.changes.data_root,
+            Some(PathBuf::from("/mnt/disk/dev_data"))
+        );
+        let mut config = saved.clone();
+        resumed.changes.apply(&mut config);
+        assert!(
+            matches!(&config.dataset, DatasetSource::Dcase { root, .. } if root == &PathBuf::from("/mnt/disk/dev_data"))
+        );
+        assert_eq!(
+            resumed.said(&Dashes),
+            ["--DataRoot /mnt/disk/dev_data (was dev_data: the same folder's name)"]
+        );
         let asked = RunSpec {
             data: DataSpec {
                 root: Some("other".into()),
