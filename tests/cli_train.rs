@@ -1,8 +1,12 @@
-//! `trainer-cli train` end to end on the built-in synthetic dataset, on flex.
+//! `trainer-cli train` end to end on the built-in synthetic dataset (and its recordings, for a
+//! resumed run), on flex.
 
 mod common;
 
-use common::{assert_step_memory, events, run_failing, run_json, safetensors_floats, tiny_train};
+use common::{
+    assert_step_memory, assert_success, events, run_failing, run_json, safetensors_floats,
+    tiny_train, trainer_cli,
+};
 
 /// A short run learns: the loss falls and the anomaly AUC on the test split is well above
 /// chance. The README's default job reaches a higher AUC with more steps.
@@ -347,4 +351,89 @@ fn a_resumed_run_applies_safe_flags_and_refuses_the_others() {
         .map(|c| c["step"].as_u64().unwrap())
         .collect();
     assert_eq!(checkpoints, vec![3, 4], "the new interval is applied");
+}
+
+/// A run on recordings continues from the same folder at another path (the folder moved, or
+/// a page's run, which saves only the folder's name), said as a change; another folder is
+/// refused by name.
+#[test]
+fn a_run_on_a_moved_folder_resumes_there_and_another_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &str| dir.path().join(p).to_str().unwrap().to_string();
+    let (first, moved, run) = (path("a/recordings"), path("b/recordings"), path("run"));
+    let synth = [
+        "synth",
+        "--out",
+        &first,
+        "--machine-ids",
+        "1",
+        "--train-clips-per-id",
+        "8",
+        "--test-clips-per-id",
+        "2",
+        "--seconds",
+        "4",
+    ];
+    let output = trainer_cli()
+        .args(synth)
+        .output()
+        .expect("trainer-cli starts");
+    assert_success(&output, &synth);
+    let split = [
+        "--json",
+        "--no-eval",
+        "--backend",
+        "flex",
+        "--no-plan",
+        "--batch-size",
+        "2",
+        "--n-patches",
+        "2",
+        "--gradient-accumulation-steps",
+        "1",
+    ];
+    run_json(&with(
+        &["train"],
+        &with(
+            &split,
+            &["--data-root", &first, "--steps", "2", "--out", &run],
+        ),
+    ));
+    std::fs::create_dir_all(dir.path().join("b")).unwrap();
+    std::fs::rename(&first, &moved).unwrap();
+    let resumed = run_json(&[
+        "train",
+        "--json",
+        "--no-eval",
+        "--resume",
+        &run,
+        "--steps",
+        "3",
+        "--data-root",
+        &moved,
+    ]);
+    let said = events(&resumed, "resumed")[0]["changes"].to_string();
+    assert!(
+        said.contains(&format!("--data-root {moved} (was {first}")),
+        "{said}"
+    );
+    let steps: Vec<u64> = events(&resumed, "step")
+        .iter()
+        .map(|s| s["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [3]);
+    let other = path("b/other");
+    let stderr = run_failing(&[
+        "train",
+        "--resume",
+        &run,
+        "--steps",
+        "4",
+        "--data-root",
+        &other,
+    ]);
+    assert!(
+        stderr.contains(&format!("--data-root {other} (the run has {moved})")),
+        "{stderr}"
+    );
 }
