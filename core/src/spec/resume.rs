@@ -187,6 +187,25 @@ impl Described for ResumeError {
     }
 }
 
+/// The refusals found so far.
+#[derive(Default)]
+struct Refusals(Vec<Refusal>);
+
+impl Refusals {
+    /// Refuses `setting` when it was given with another value than the run's.
+    fn differs(&mut self, setting: Setting, given: Option<String>, was: String) {
+        if let Some(given) = given
+            && given != was
+        {
+            self.0.push(Refusal::Differs {
+                setting,
+                given,
+                saved: was,
+            });
+        }
+    }
+}
+
 fn on_off(on: bool) -> String {
     if on { "on" } else { "off" }.to_string()
 }
@@ -308,48 +327,37 @@ impl RunSpec {
 
     /// The given settings that would make the saved run another run.
     fn refusals(&self, saved: &TrainConfig) -> Vec<Refusal> {
-        let mut refused = Vec::new();
-        let mut differs = |setting, given: Option<String>, was: String| {
-            if let Some(given) = given
-                && given != was
-            {
-                refused.push(Refusal::Differs {
-                    setting,
-                    given,
-                    saved: was,
-                });
-            }
-        };
+        let mut refused = Refusals::default();
         let text = |v: Option<f64>| v.map(|v| v.to_string());
         let split = &self.split;
-        differs(Setting::Model, self.model.clone(), saved.model.name.clone());
-        differs(Setting::LearningRate, text(self.lr), saved.lr.to_string());
-        differs(
+        refused.differs(Setting::Model, self.model.clone(), saved.model.name.clone());
+        refused.differs(Setting::LearningRate, text(self.lr), saved.lr.to_string());
+        refused.differs(
             Setting::ClipNorm,
             text(self.clip_norm),
             saved.clip_norm.map_or("none".into(), |v| v.to_string()),
         );
-        differs(
+        refused.differs(
             Setting::Seed,
             self.seed.map(|v| v.to_string()),
             saved.seed.to_string(),
         );
-        differs(
+        refused.differs(
             Setting::Stride,
             split.stride.map(|v| v.to_string()),
             saved.stride.to_string(),
         );
-        differs(
+        refused.differs(
             Setting::PatchesPerSpectrogram,
             split.n_patches.map(|v| v.to_string()),
             saved.n_patches.to_string(),
         );
-        differs(
+        refused.differs(
             Setting::Placement,
             split.placement.map(|p| placement_words(p).to_string()),
             placement_words(saved.placement).to_string(),
         );
-        differs(
+        refused.differs(
             Setting::EffectiveBatch,
             self.memory.effective_batch.map(|v| v.to_string()),
             saved.effective_batch().to_string(),
@@ -366,7 +374,7 @@ impl RunSpec {
                 if let Some(given) = given
                     && given != was
                 {
-                    refused.push(Refusal::WithoutPlanner { setting, given });
+                    refused.0.push(Refusal::WithoutPlanner { setting, given });
                 }
             }
         }
@@ -374,7 +382,7 @@ impl RunSpec {
             let patches = split.n_patches.unwrap_or(saved.n_patches);
             let effective_batch = Split::even(micro_batch, patches, accumulation).effective_batch();
             if effective_batch != saved.effective_batch() {
-                refused.push(Refusal::Split {
+                refused.0.push(Refusal::Split {
                     micro_batch,
                     accumulation,
                     effective_batch,
@@ -383,11 +391,11 @@ impl RunSpec {
             }
         }
         self.dataset_refusals(saved, &mut refused);
-        refused
+        refused.0
     }
 
     /// The dataset's settings against the saved run's dataset.
-    fn dataset_refusals(&self, saved: &TrainConfig, refused: &mut Vec<Refusal>) {
+    fn dataset_refusals(&self, saved: &TrainConfig, refused: &mut Refusals) {
         let d = &self.data;
         let built_in = [
             (Setting::MachineIds, d.machine_ids.map(|v| v as usize)),
@@ -405,23 +413,12 @@ impl RunSpec {
         if let (Some(given), DatasetSource::Dcase { root, .. }) = (&d.root, &saved.dataset)
             && given.file_name() != root.file_name()
         {
-            refused.push(Refusal::Differs {
+            refused.0.push(Refusal::Differs {
                 setting: Setting::DataRoot,
                 given: given.display().to_string(),
                 saved: root.display().to_string(),
             });
         }
-        let mut differs = |setting, given: Option<String>, was: String| {
-            if let Some(given) = given
-                && given != was
-            {
-                refused.push(Refusal::Differs {
-                    setting,
-                    given,
-                    saved: was,
-                });
-            }
-        };
         match &saved.dataset {
             DatasetSource::Synthetic(synthetic) => {
                 let was = [
@@ -430,11 +427,11 @@ impl RunSpec {
                     synthetic.test_normal_per_id,
                 ];
                 for ((setting, given), was) in built_in.into_iter().zip(was) {
-                    differs(setting, given.map(|v| v.to_string()), was.to_string());
+                    refused.differs(setting, given.map(|v| v.to_string()), was.to_string());
                 }
                 let root = d.root.as_ref().map(|r| r.display().to_string());
                 for (setting, given) in [(Setting::DataRoot, root)].into_iter().chain(recordings) {
-                    differs(setting, given, "the built-in dataset".to_string());
+                    refused.differs(setting, given, "the built-in dataset".to_string());
                 }
             }
             DatasetSource::Dcase {
@@ -449,11 +446,11 @@ impl RunSpec {
                     on_off(features.resample),
                 ];
                 for ((setting, given), was) in recordings.into_iter().zip(was) {
-                    differs(setting, given, was);
+                    refused.differs(setting, given, was);
                 }
                 for (setting, given) in built_in {
                     if let Some(given) = given {
-                        refused.push(Refusal::Recordings {
+                        refused.0.push(Refusal::Recordings {
                             setting,
                             given: given.to_string(),
                             root: root.clone(),
