@@ -241,6 +241,14 @@ pub fn decide(
     }
 }
 
+/// `--backend auto` as every native front-end runs it: [`choose`] from the probe report,
+/// then, where a GPU fits, [`decide`] by timing a few steps of the built-in model `model` on
+/// each candidate and on the CPU ([`quick_benchmark`]).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn resolve(report: &MachineReport, model: &str) -> Choice {
+    decide(choose(report), |device| quick_benchmark(device, model))
+}
+
 /// The trial [`decide`] runs by default: two training steps of the built-in model `model`
 /// (the one the run will train) on the device, at its larger calibration size (16 patches
 /// for the default model), the first also compiling kernels, timed on the second. Native: a

@@ -10,7 +10,7 @@ use std::sync::mpsc::Sender;
 use eframe::egui;
 use headroom_core::auto;
 use headroom_core::events::Event;
-use headroom_core::model::{ModelConfig, WithModel, with_default};
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
 use headroom_core::plan::Calibration;
 use headroom_core::probe::{MachineReport, gpus::ProbeSettings, isolate};
 use headroom_core::train::Evaluation;
@@ -61,7 +61,9 @@ pub fn probe(outbox: Outbox) {
             software_adapters: false,
         };
         let report = isolate::probe_machine(isolate::TIMEOUT, settings);
-        let choice = auto::choose(&report);
+        // As trainer-cli's --backend auto: where a GPU fits, a few timed steps of the default
+        // model on it and on the CPU decide.
+        let choice = auto::resolve(&report, VqAutoencoderConfig::NAME);
         outbox.send(Message::Probed(Box::new((report, choice))));
     });
 }

@@ -47,9 +47,7 @@ impl Backend {
         match self {
             Backend::Auto => {
                 let report = isolate::probe_machine(isolate::TIMEOUT, ProbeSettings::AUTO);
-                let choice = auto::decide(auto::choose(&report), |device| {
-                    auto::quick_benchmark(device, model)
-                });
+                let choice = auto::resolve(&report, model);
                 Resolved {
                     kind: choice.backend,
                     reason: Some(choice.reason),
