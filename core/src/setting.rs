@@ -129,73 +129,58 @@ impl Wording for PlainWords {
     }
 }
 
-/// The dataset crate's errors that name a setting, in `words`; others as they print.
-fn patch_error(error: &PatchError, words: &dyn Wording) -> String {
-    let (patches, stride) = (
-        words.setting(Setting::PatchesPerSpectrogram),
-        words.setting(Setting::Stride),
-    );
-    match error {
-        PatchError::TooLong {
-            n_patches,
-            stride: frames_apart,
-            span,
-            frames,
-        } => format!(
-            "{n_patches} patches with stride {frames_apart} span {span} frames, but the \
-             spectrogram has only {frames}; lower {patches} or {stride}"
-        ),
-        PatchError::Zero {
-            n_patches,
-            stride: given,
-        } => format!("{patches} and {stride} must be at least 1 (got {n_patches} and {given})"),
-        other => other.to_string(),
-    }
-}
-
-/// A file's error with the settings that fix it in `words`.
-fn file_error(error: &FileError, words: &dyn Wording) -> String {
-    match &error.problem {
-        FileProblem::SampleRate { found, expected } => format!(
-            "{}: sample rate {found} Hz, but the dataset's is {expected} Hz; convert it ({}), \
-             or set {} {found} if every file has that rate",
-            error.path.display(),
-            words.setting(Setting::Resample),
-            words.setting(Setting::SampleRate),
-        ),
-        FileProblem::Patch(patch) => {
-            format!("{}: {}", error.path.display(), patch_error(patch, words))
-        }
-        _ => error.to_string(),
-    }
-}
-
-/// A dataset layout's error with the settings that fix it in `words`.
-fn layout_error(error: &LayoutError, words: &dyn Wording) -> String {
-    match error {
-        LayoutError::Io { path, source } => format!(
-            "{}: {source}; {} must be a folder in the DCASE layout",
-            path.display(),
-            words.setting(Setting::DataRoot)
-        ),
-        other => other.to_string(),
-    }
-}
-
 impl Described for PatchError {
     fn describe(&self, words: &dyn Wording) -> String {
-        patch_error(self, words)
+        let (patches, stride) = (
+            words.setting(Setting::PatchesPerSpectrogram),
+            words.setting(Setting::Stride),
+        );
+        match self {
+            PatchError::TooLong {
+                n_patches,
+                stride: frames_apart,
+                span,
+                frames,
+            } => format!(
+                "{n_patches} patches with stride {frames_apart} span {span} frames, but the \
+                 spectrogram has only {frames}; lower {patches} or {stride}"
+            ),
+            PatchError::Zero {
+                n_patches,
+                stride: given,
+            } => format!("{patches} and {stride} must be at least 1 (got {n_patches} and {given})"),
+            other => other.to_string(),
+        }
     }
 }
 
 impl Described for FileError {
     fn describe(&self, words: &dyn Wording) -> String {
-        file_error(self, words)
+        match &self.problem {
+            FileProblem::SampleRate { found, expected } => format!(
+                "{}: sample rate {found} Hz, but the dataset's is {expected} Hz; convert it ({}), \
+                 or set {} if every file has that rate",
+                self.path.display(),
+                words.setting(Setting::Resample),
+                words.given(Setting::SampleRate, &found.to_string()),
+            ),
+            FileProblem::Patch(patch) => {
+                format!("{}: {}", self.path.display(), patch.describe(words))
+            }
+            _ => self.to_string(),
+        }
     }
 }
 
 impl Described for LayoutError {
     fn describe(&self, words: &dyn Wording) -> String {
-        layout_error(self, words)
+        match self {
+            LayoutError::Io { path, source } => format!(
+                "{}: {source}; {} must be a folder in the DCASE layout",
+                path.display(),
+                words.setting(Setting::DataRoot)
+            ),
+            other => other.to_string(),
+        }
     }
 }
