@@ -201,6 +201,13 @@ impl From<RequestError> for SpecError {
     }
 }
 
+/// A setting given replaces the default in `slot`.
+fn given<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
+}
+
 impl RunSpec {
     /// The model the run trains: the one named, else the default.
     pub fn model_name(&self) -> &str {
@@ -229,12 +236,8 @@ impl RunSpec {
             }
             let mut source = TrainConfig::default().dataset;
             if let DatasetSource::Synthetic(synthetic) = &mut source {
-                if let Some(ids) = d.machine_ids {
-                    synthetic.machine_ids = ids;
-                }
-                if let Some(n) = d.train_clips_per_id {
-                    synthetic.train_per_id = n;
-                }
+                given(&mut synthetic.machine_ids, d.machine_ids);
+                given(&mut synthetic.train_per_id, d.train_clips_per_id);
                 if let Some(n) = d.test_clips_per_id {
                     synthetic.test_normal_per_id = n;
                     synthetic.test_anomaly_per_id = n;
@@ -246,12 +249,8 @@ impl RunSpec {
             return Err(SpecError::ForBuiltIn(*setting));
         }
         let mut features = FeatureSettings::default();
-        if let Some(n) = d.n_mels {
-            features.logmel.n_mels = n;
-        }
-        if let Some(rate) = d.sample_rate {
-            features.logmel.sample_rate = rate;
-        }
+        given(&mut features.logmel.n_mels, d.n_mels);
+        given(&mut features.logmel.sample_rate, d.sample_rate);
         features.resample = d.resample;
         Ok(DatasetSource::Dcase {
             root: root.clone(),
@@ -284,41 +283,21 @@ impl RunSpec {
             }
         }
         let split = &self.split;
-        let set = |slot: &mut usize, v: Option<usize>| {
-            if let Some(v) = v {
-                *slot = v;
-            }
-        };
-        set(&mut c.micro_batch, split.micro_batch);
-        set(&mut c.n_patches, split.n_patches);
-        set(&mut c.accumulation, split.accumulation);
-        set(&mut c.stride, split.stride);
-        if let Some(placement) = split.placement {
-            c.placement = placement;
-        }
+        given(&mut c.micro_batch, split.micro_batch);
+        given(&mut c.n_patches, split.n_patches);
+        given(&mut c.accumulation, split.accumulation);
+        given(&mut c.stride, split.stride);
+        given(&mut c.placement, split.placement);
         // With the planner these are constraints the plan keeps; without it, the run's.
         c.checkpointing = self.memory.checkpointing.unwrap_or(false);
         c.precision = self.memory.precision.unwrap_or_default();
-        if let Some(length) = self.length {
-            c.length = length;
-        }
-        if let Some(lr) = self.lr {
-            c.lr = lr;
-        }
-        if let Some(clip) = self.clip_norm {
-            c.clip_norm = Some(clip);
-        }
-        if let Some(seed) = self.seed {
-            c.seed = seed;
-        }
-        let set = |slot: &mut u64, v: Option<u64>| {
-            if let Some(v) = v {
-                *slot = v;
-            }
-        };
-        set(&mut c.checkpoint_every, self.checkpoint_every);
-        set(&mut c.validate_every, self.validate_every);
-        set(&mut c.empty_cache_every, self.empty_cache_every);
+        given(&mut c.length, self.length);
+        given(&mut c.lr, self.lr);
+        given(&mut c.clip_norm, self.clip_norm.map(Some));
+        given(&mut c.seed, self.seed);
+        given(&mut c.checkpoint_every, self.checkpoint_every);
+        given(&mut c.validate_every, self.validate_every);
+        given(&mut c.empty_cache_every, self.empty_cache_every);
         Ok(c)
     }
 

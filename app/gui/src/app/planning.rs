@@ -53,18 +53,13 @@ impl HeadroomApp {
         })
     }
 
-    /// The planner's request for the current pins and budget, built by core from the spec as
-    /// every front-end's is.
-    pub(super) fn planning(&self, budget_bytes: u64) -> Result<Planning, String> {
-        self.spec()?
-            .planning(budget_bytes)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "the app always plans".to_string())
-    }
-
     /// The budget and where it came from, resolved by core as the CLI's is.
     pub fn budget(&self) -> Result<(u64, String), String> {
-        let spec = self.spec()?;
+        self.budget_of(&self.spec()?)
+    }
+
+    /// The budget `spec` names, on the selected device.
+    pub(super) fn budget_of(&self, spec: &RunSpec) -> Result<(u64, String), String> {
         let source = spec.budget_source().map_err(|e| e.to_string())?;
         source
             .resolve(spec.memory.fraction, self.device())
@@ -79,11 +74,14 @@ impl HeadroomApp {
         if Some(*target) != self.target() || *model != self.model {
             return None;
         }
-        let (budget, _) = match self.budget() {
-            Ok(b) => b,
+        let spec = match self.spec() {
+            Ok(spec) => spec,
             Err(e) => return Some(Err(e)),
         };
-        let planning = match self.planning(budget) {
+        let planning = match self
+            .budget_of(&spec)
+            .and_then(|(budget, _)| planning_of(&spec, budget))
+        {
             Ok(planning) => planning,
             Err(e) => return Some(Err(e)),
         };
@@ -103,4 +101,11 @@ impl HeadroomApp {
                 .and_then(|preview| preview),
         )
     }
+}
+
+/// The planner's request for `spec` and a budget, built by core as every front-end's is.
+pub(super) fn planning_of(spec: &RunSpec, budget_bytes: u64) -> Result<Planning, String> {
+    spec.planning(budget_bytes)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "the app always plans".to_string())
 }

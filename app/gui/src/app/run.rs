@@ -8,6 +8,7 @@ use headroom_core::RunOptions;
 use headroom_core::budget::Budget;
 
 use super::HeadroomApp;
+use super::planning::planning_of;
 use crate::jobs::{self, Message, RunControl};
 use crate::session::{RunState, Session};
 
@@ -21,24 +22,29 @@ impl HeadroomApp {
             self.status = "Choose a device first".into();
             return;
         };
-        let (budget, source) = match self.budget() {
+        // The spec fails only on the budget's choice (a figure that does not parse).
+        let spec = match self.spec() {
+            Ok(spec) => spec,
+            Err(e) => {
+                self.status = format!("No budget: {e}");
+                return;
+            }
+        };
+        let (budget, source) = match self.budget_of(&spec) {
             Ok(b) => b,
             Err(e) => {
                 self.status = format!("No budget: {e}");
                 return;
             }
         };
-        let config = match self
-            .spec()
-            .and_then(|spec| spec.train_config(target).map_err(|e| e.to_string()))
-        {
+        let config = match spec.train_config(target) {
             Ok(config) => config,
             Err(e) => {
-                self.status = e;
+                self.status = e.to_string();
                 return;
             }
         };
-        let planning = match self.planning(budget) {
+        let planning = match planning_of(&spec, budget) {
             Ok(planning) => planning,
             Err(e) => {
                 self.status = format!("Cannot plan: {e}");
