@@ -21,8 +21,6 @@ pub enum Setting {
     PatchesPerSpectrogram,
     Placement,
     EffectiveBatch,
-    /// Micro-batch and accumulation given together: the effective batch they imply.
-    MicroBatchTimesAccumulation,
     MachineIds,
     TrainClipsPerId,
     TestClipsPerId,
@@ -76,7 +74,6 @@ impl Setting {
             Setting::PatchesPerSpectrogram => "the patches per spectrogram",
             Setting::Placement => "the patch placement",
             Setting::EffectiveBatch => "the effective batch",
-            Setting::MicroBatchTimesAccumulation => "micro-batch x accumulation",
             Setting::MachineIds => "the machine IDs",
             Setting::TrainClipsPerId => "the train clips per ID",
             Setting::TestClipsPerId => "the test clips per ID",

@@ -27,7 +27,6 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::PatchesPerSpectrogram => "--n-patches",
         Setting::Placement => "--placement",
         Setting::EffectiveBatch => "--effective-batch",
-        Setting::MicroBatchTimesAccumulation => "--batch-size x --gradient-accumulation-steps",
         Setting::MachineIds => "--machine-ids",
         Setting::TrainClipsPerId => "--train-clips-per-id",
         Setting::TestClipsPerId => "the test clips per ID",

@@ -276,8 +276,9 @@ impl Described for ModelError {
         let model = words.setting(Setting::Model);
         match self {
             ModelError::Mismatch { saved, asked } => format!(
-                "this run or checkpoint holds the model {saved}, not {asked}; use {model} \
-                 {saved}, or start a new run for {asked}"
+                "this run or checkpoint holds the model {saved}, not {asked}; use {}, or start \
+                 a new run for {asked}",
+                words.given(Setting::Model, saved)
             ),
             ModelError::OneId { model: name, alone } => format!(
                 "{name} learns to tell a machine type's IDs apart, and {alone} has only one ID \

@@ -116,11 +116,10 @@ impl Described for TrainError {
             TrainError::File(e) => e.describe(words),
             TrainError::Planning(e) => e.describe(words),
             TrainError::OutDirInUse { dir, step } => format!(
-                "{} already holds a run (checkpoint at step {step}); continue it ({} {}), or \
+                "{} already holds a run (checkpoint at step {step}); continue it ({}), or \
                  choose another {}",
                 dir.display(),
-                say(Setting::Resume),
-                dir.display(),
+                words.given(Setting::Resume, &dir.display().to_string()),
                 say(Setting::OutDir)
             ),
             TrainError::NonFinite { step, loss } => format!(
