@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
 use crate::data::Normalization;
-use crate::model::{ModelConfig, ModelError};
+use crate::model::{ModelConfig, ModelError, NamedConfig};
 use crate::setting::{Described, PlainWords, Setting, Wording};
 
 const FORMAT_VERSION: u32 = 1;
@@ -273,17 +273,27 @@ impl CheckpointFiles {
         parse_state(&self.state, &dir.join(STATE_FILE))
     }
 
-    /// Loads the checkpoint as a model `C` onto `device` (an autodiff device to continue
-    /// training); a checkpoint of another model is refused with both names. `dir` is what
-    /// errors name.
+    /// Loads the checkpoint as a model `C` onto `device`, as [`Self::decode_task`] does.
     pub fn decode<C: ModelConfig>(
         self,
         dir: &Path,
         device: &Device,
     ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
+        self.decode_task(dir, device, |config: &C| config.init(device))
+    }
+
+    /// Loads the checkpoint as the networks of task `T`, which `fresh` makes from the saved
+    /// configuration, onto `device` (an autodiff device to continue training); a checkpoint
+    /// of another task is refused with both names. `dir` is what errors name.
+    pub fn decode_task<T: NamedConfig, N: Module>(
+        self,
+        dir: &Path,
+        device: &Device,
+        fresh: impl FnOnce(&T) -> N,
+    ) -> Result<LoadedCheckpoint<N>, CheckpointError> {
         let state = self.state(dir)?;
-        let config: C = state.config.model.config()?;
-        let mut model = config.init(device);
+        let config: T = state.config.model.config()?;
+        let mut model = fresh(&config);
         let mut store = SafetensorsStore::from_bytes(Some(self.model));
         model
             .load_from(&mut store)

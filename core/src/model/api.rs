@@ -176,6 +176,19 @@ pub trait ModelConfig:
     }
 }
 
+/// A configuration a run records by name (`ModelSpec`): a model's, or another kind of
+/// training's.
+pub trait NamedConfig:
+    Clone + std::fmt::Debug + PartialEq + Serialize + DeserializeOwned + Default + Send + 'static
+{
+    /// The name a run spec's `model` takes and checkpoints record.
+    const NAME: &'static str;
+}
+
+impl<C: ModelConfig> NamedConfig for C {
+    const NAME: &'static str = <C as ModelConfig>::NAME;
+}
+
 /// A model's step when the user gives no batch flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct DefaultBatch {
@@ -207,15 +220,15 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    pub fn of<C: ModelConfig>(config: &C) -> Self {
+    pub fn of<C: NamedConfig>(config: &C) -> Self {
         Self {
             name: C::NAME.to_string(),
             config: serde_json::to_value(config).unwrap_or(serde_json::Value::Null),
         }
     }
 
-    /// The configuration, when this is model `C`.
-    pub fn config<C: ModelConfig>(&self) -> Result<C, ModelError> {
+    /// The configuration, when this is model (or task) `C`.
+    pub fn config<C: NamedConfig>(&self) -> Result<C, ModelError> {
         if self.name != C::NAME {
             return Err(ModelError::Mismatch {
                 saved: self.name.clone(),
@@ -245,7 +258,7 @@ impl<'de> Deserialize<'de> for ModelSpec {
                 config: config.clone(),
             }),
             _ => Ok(Self {
-                name: super::VqAutoencoderConfig::NAME.to_string(),
+                name: <super::VqAutoencoderConfig as ModelConfig>::NAME.to_string(),
                 config: value,
             }),
         }
@@ -357,9 +370,11 @@ pub fn with_model<W: WithModel>(spec: &ModelSpec, action: W) -> Result<W::Output
 pub fn with_default<W: WithModel>(name: &str, action: W) -> Result<W::Output, ModelError> {
     use super::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
     match name {
-        VqAutoencoderConfig::NAME => Ok(action.run(VqAutoencoderConfig::default())),
-        DcaseAeConfig::NAME => Ok(action.run(DcaseAeConfig::default())),
-        IdClassifierConfig::NAME => Ok(action.run(IdClassifierConfig::default())),
+        <VqAutoencoderConfig as ModelConfig>::NAME => {
+            Ok(action.run(VqAutoencoderConfig::default()))
+        }
+        <DcaseAeConfig as ModelConfig>::NAME => Ok(action.run(DcaseAeConfig::default())),
+        <IdClassifierConfig as ModelConfig>::NAME => Ok(action.run(IdClassifierConfig::default())),
         other => Err(unknown(other)),
     }
 }

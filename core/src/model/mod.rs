@@ -21,9 +21,9 @@ mod output_only;
 pub mod vq_patch_ae;
 
 pub use api::{
-    AnalyticStep, DefaultBatch, Machine, ModelConfig, ModelError, ModelInfo, ModelSpec, PatchShape,
-    Patches, SpectrogramModel, StepLoss, WithModel, built_in, default_spec, info_of, with_default,
-    with_model,
+    AnalyticStep, DefaultBatch, Machine, ModelConfig, ModelError, ModelInfo, ModelSpec,
+    NamedConfig, PatchShape, Patches, SpectrogramModel, StepLoss, WithModel, built_in,
+    default_spec, info_of, with_default, with_model,
 };
 pub use dcase_ae::{DcaseAe, DcaseAeConfig};
 pub use id_classifier::{IdClassifier, IdClassifierConfig};

@@ -1,21 +1,22 @@
-//! The model-erased run front-ends hold: [`Trainer`] picks the built-in model a
+//! The task-erased run front-ends hold: [`Trainer`] picks the built-in model a
 //! configuration names and drives it through the [`Run`] trait.
 
 use crate::checkpoint::CheckpointFiles;
 use crate::config::{ResumeChanges, TrainConfig};
 use crate::events::{EventSink, RunInfo};
-use crate::model::{ModelConfig, SpectrogramModel, WithModel, with_model};
+use crate::model::{ModelConfig, WithModel, with_model};
 use crate::plan::Plan;
 use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
-use super::{Evaluation, ModelTrainer, RunOptions, TrainError};
+use super::run_task::RunTask;
+use super::{Evaluation, RunOptions, TaskTrainer, TrainError};
 
-/// What front-ends drive: a run, whichever model it trains (through [`Trainer`]). Each
-/// method is [`ModelTrainer`]'s of the same name.
+/// What front-ends drive: a run, whichever task it trains (through [`Trainer`]). Each
+/// method is [`TaskTrainer`]'s of the same name.
 pub trait Run {
-    /// [`ModelTrainer::run_async`].
+    /// [`TaskTrainer::run_async`].
     fn run_async<'a>(
         &'a mut self,
         sink: &'a mut dyn EventSink,
@@ -42,51 +43,51 @@ pub trait Run {
     fn run_info(&self) -> RunInfo;
     /// Every parameter value in visiting order: for comparing runs.
     fn parameters(&self) -> Vec<f32>;
-    /// [`ModelTrainer::checkpoint_files`].
+    /// [`TaskTrainer::checkpoint_files`].
     fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError>;
 }
 
-impl<M: SpectrogramModel> Run for ModelTrainer<M> {
+impl<T: RunTask> Run for TaskTrainer<T> {
     fn run_async<'a>(
         &'a mut self,
         sink: &'a mut dyn EventSink,
     ) -> LocalFuture<'a, Result<(), TrainError>> {
-        Box::pin(ModelTrainer::run_async(self, sink))
+        Box::pin(TaskTrainer::run_async(self, sink))
     }
     fn evaluate_async(&self) -> LocalFuture<'_, Result<Evaluation, TrainError>> {
-        Box::pin(ModelTrainer::evaluate_async(self))
+        Box::pin(TaskTrainer::evaluate_async(self))
     }
     fn validation_loss_async(&self) -> LocalFuture<'_, Result<f64, TrainError>> {
-        Box::pin(ModelTrainer::validation_loss_async(self))
+        Box::pin(TaskTrainer::validation_loss_async(self))
     }
     fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
-        ModelTrainer::set_micro_batch(self, micro_batch)
+        TaskTrainer::set_micro_batch(self, micro_batch)
     }
     fn config(&self) -> &TrainConfig {
-        ModelTrainer::config(self)
+        TaskTrainer::config(self)
     }
     fn plan(&self) -> Option<&Plan> {
-        ModelTrainer::plan(self)
+        TaskTrainer::plan(self)
     }
     fn step(&self) -> u64 {
-        ModelTrainer::step(self)
+        TaskTrainer::step(self)
     }
     fn total_steps(&self) -> u64 {
-        ModelTrainer::total_steps(self)
+        TaskTrainer::total_steps(self)
     }
     fn run_info(&self) -> RunInfo {
-        ModelTrainer::run_info(self)
+        TaskTrainer::run_info(self)
     }
     fn parameters(&self) -> Vec<f32> {
-        crate::model::flat_parameters(&self.model)
+        crate::model::flat_parameters(TaskTrainer::model(self))
     }
     fn checkpoint_files(&self) -> Result<CheckpointFiles, TrainError> {
-        ModelTrainer::checkpoint_files(self)
+        TaskTrainer::checkpoint_files(self)
     }
 }
 
 /// A run of the built-in model its configuration names (`TrainConfig::model`): what the
-/// CLI and the GUI hold. A network of one's own trains through [`ModelTrainer`].
+/// CLI and the GUI hold. A network or task of one's own trains through [`TaskTrainer`].
 /// Its methods are [`Run`]'s, reached through `Deref`.
 pub struct Trainer(Box<dyn Run>);
 
@@ -104,7 +105,7 @@ impl Trainer {
             type Output = LocalFuture<'static, Result<Trainer, TrainError>>;
             fn run<C: ModelConfig>(self, _: C) -> Self::Output {
                 Box::pin(async move {
-                    let trainer = ModelTrainer::<C::Model>::new_async(self.0, self.1).await?;
+                    let trainer = TaskTrainer::<C>::new_async(self.0, self.1).await?;
                     Ok(Trainer(Box::new(trainer)))
                 })
             }
@@ -113,7 +114,7 @@ impl Trainer {
         with_model(&spec, New(config, options))?.await
     }
 
-    /// Continues the run saved at `path` (see [`ModelTrainer::resume`]).
+    /// Continues the run saved at `path` (see [`TaskTrainer::resume`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn resume(
         path: &std::path::Path,
@@ -134,7 +135,7 @@ impl Trainer {
     }
 
     /// Continues the run whose checkpoint files are in memory (see
-    /// [`ModelTrainer::resume_files_async`]); `name` is what errors call the checkpoint.
+    /// [`TaskTrainer::resume_files_async`]); `name` is what errors call the checkpoint.
     pub async fn resume_files_async(
         files: CheckpointFiles,
         name: &std::path::Path,
@@ -153,8 +154,7 @@ impl Trainer {
                 Box::pin(async move {
                     let Resume(files, name, changes, options) = self;
                     let trainer =
-                        ModelTrainer::<C::Model>::resume_files_async(files, name, changes, options)
-                            .await?;
+                        TaskTrainer::<C>::resume_files_async(files, name, changes, options).await?;
                     Ok(Trainer(Box::new(trainer)))
                 })
             }

@@ -2,17 +2,19 @@
 //! validation without autodiff, checkpoints, periodic memory cleanup. It reports through
 //! [`EventSink`] and prints nothing.
 //!
-//! A run of one model is a [`ModelTrainer`]: made ([`trainer`]), planned before its model
-//! exists ([`planning`]), stepped ([`steps`]), recovered from an out-of-memory step
-//! ([`recovery`]), evaluated ([`evaluate`]) and saved ([`saving`]); front-ends hold the
-//! model-erased [`Trainer`] ([`erased`]).
+//! A run of one kind of training ([`RunTask`]) is a [`TaskTrainer`]: made
+//! ([`trainer`]), planned before its networks exist ([`planning`]), stepped ([`steps`]),
+//! recovered from an out-of-memory step ([`recovery`]), evaluated ([`evaluate`]) and saved
+//! ([`saving`]); front-ends hold the task-erased [`Trainer`] ([`erased`]). Every model
+//! configuration is a task ([`patches`]).
 
 mod control;
 mod erased;
 mod evaluate;
+mod patches;
 mod planning;
-mod read_ahead;
 mod recovery;
+pub mod run_task;
 mod saving;
 pub mod schedule;
 mod steps;
@@ -31,20 +33,21 @@ pub use erased::{Run, Trainer};
 #[cfg(not(target_arch = "wasm32"))]
 pub use evaluate::evaluate_checkpoint;
 pub use evaluate::evaluate_checkpoint_async;
+pub use patches::PatchData;
 #[cfg(not(target_arch = "wasm32"))]
 pub use planning::plan_only;
 pub use planning::plan_only_async;
+pub use run_task::{RunTask, TaskData};
 
 use crate::backend::BackendError;
 use crate::budget::Budget;
 use crate::checkpoint::CheckpointError;
-use crate::data::{DataError, LoaderOptions, RunData};
-use crate::data::{Normalization, TrainStream};
+use crate::data::{DataError, LoaderOptions, Normalization};
 use crate::eval::{self, ClipScore};
 use crate::events::{EvaluationReport, Event};
 use crate::memory::MemoryMeter;
 use crate::model::{ModelError, SpectrogramModel};
-use crate::plan::{Calibration, Plan, Planning, PlanningError};
+use crate::plan::{Calibration, Plan, Planning, PlanningError, ReadAhead};
 use crate::readback::ReadbackError;
 use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::step;
@@ -74,6 +77,9 @@ pub enum TrainError {
     OutDirInUse { dir: PathBuf, step: u64 },
     #[error("the train split is empty after holding out validation clips; use a larger dataset")]
     EmptyTrainSplit,
+    /// A micro-batch asked for before the loop started the train stream: a bug.
+    #[error("the train stream was read before it was started (a bug in Headroom)")]
+    NotStreaming,
     #[error(
         "a web page cannot read a checkpoint back from WebGPU yet (burn's records read \
          synchronously, which a browser forbids); train with backend=cpu to download one"
@@ -189,31 +195,39 @@ fn every(step: u64, n: u64) -> bool {
     n > 0 && step.is_multiple_of(n)
 }
 
-/// Where a run starts from: fresh, or a checkpoint.
-struct Start<M> {
-    device: Device,
-    model: M,
-    optimizer: ModuleOptimizer,
-    step: u64,
-    normalization: Normalization,
+/// The read-ahead as the budget sees it: host memory counts on the CPU backends only.
+fn counted(config: &TrainConfig, read_ahead: ReadAhead) -> ReadAhead {
+    if config.backend.is_host() {
+        read_ahead
+    } else {
+        ReadAhead::NONE
+    }
 }
 
-/// A run of model `M`: what a library user with a network of their own trains with
-/// (front-ends hold the model-erased [`Trainer`]).
-pub struct ModelTrainer<M: SpectrogramModel> {
+/// Where a run starts from: fresh, or a checkpoint.
+struct Start<N> {
+    device: Device,
+    networks: N,
+    optimizer: ModuleOptimizer,
+    step: u64,
+    /// A resumed run's saved normalization; a fresh run fits its own.
+    normalization: Option<Normalization>,
+}
+
+/// A run of task `T`: what a library user with a kind of training of their own trains with
+/// (front-ends hold the task-erased [`Trainer`]).
+pub struct TaskTrainer<T: RunTask> {
     config: TrainConfig,
-    /// The model's configuration, as `config.model` records it.
-    model_config: M::Config,
+    /// The task's configuration, as `config.model` records it.
+    task: T,
     options: RunOptions,
     device: Device,
-    model: M,
+    networks: T::Networks,
     optimizer: ModuleOptimizer,
     step: u64,
     total_steps: u64,
-    normalization: Normalization,
-    /// The train split, read ahead; `data` also holds validation and test, scored whole.
-    stream: TrainStream,
-    data: RunData,
+    /// The splits; the train split streamed as the plan splits each step.
+    data: T::Data,
     meter: MemoryMeter,
     plan: Option<Plan>,
     /// What the plan measured; an out-of-memory step re-plans from it.
@@ -221,3 +235,6 @@ pub struct ModelTrainer<M: SpectrogramModel> {
     /// Planning events, emitted when the run starts.
     pending: Vec<Event>,
 }
+
+/// A run of model `M`: the patch task of its configuration.
+pub type ModelTrainer<M> = TaskTrainer<<M as SpectrogramModel>::Config>;

@@ -2,7 +2,7 @@
 //! planning a resumed run, which keeps its effective batch.
 
 use crate::config::TrainConfig;
-use crate::data::{self, LoaderOptions};
+use crate::data::LoaderOptions;
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
 use crate::model::{ModelConfig, WithModel, with_model};
@@ -11,8 +11,8 @@ use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
-use super::read_ahead::read_ahead_counted;
-use super::{RunOptions, TrainError};
+use super::run_task::{RunTask, TaskData};
+use super::{RunOptions, TrainError, counted};
 
 /// What planning left for the run: the plan, the measurements it rests on (recovery
 /// re-plans from them), and its events, emitted when the run starts.
@@ -22,28 +22,20 @@ pub(super) struct Planned {
     pub(super) events: Vec<Event>,
 }
 
-/// Plans the run when asked, before its model exists, so that the dry-run measures the
+/// Plans the run when asked, before its networks exist, so that the dry-run measures the
 /// step alone; the config takes the plan's micro-batch, patches, accumulation and
-/// checkpointing. `resident_store`: whether the spectrograms stay in host memory.
-pub(super) async fn plan_run<C: ModelConfig>(
+/// checkpointing. `data`: the run's, checked (its read-ahead counts).
+pub(super) async fn plan_run<T: RunTask>(
     config: &mut TrainConfig,
-    model: &C,
+    task: &T,
+    data: &T::Data,
     options: &RunOptions,
-    resident_store: bool,
 ) -> Result<Planned, TrainError> {
     let Some(planning) = &options.planning else {
         return Ok(Planned::default());
     };
     let mut events = Vec::new();
-    let prepared = prepare_run(
-        config,
-        model,
-        planning,
-        &options.loader,
-        resident_store,
-        &mut events,
-    )
-    .await?;
+    let prepared = prepare_run(config, task, data, planning, &options.loader, &mut events).await?;
     Ok(Planned {
         prepared: Some(prepared),
         events,
@@ -51,12 +43,12 @@ pub(super) async fn plan_run<C: ModelConfig>(
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
-pub(super) async fn prepare_run<C: ModelConfig>(
+pub(super) async fn prepare_run<T: RunTask>(
     config: &mut TrainConfig,
-    model: &C,
+    task: &T,
+    data: &T::Data,
     planning: &Planning,
     loader: &LoaderOptions,
-    resident_store: bool,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, TrainError> {
     let plain = config.target().device()?;
@@ -64,9 +56,9 @@ pub(super) async fn prepare_run<C: ModelConfig>(
         resident_bytes: MemoryMeter::new(config.backend, &plain)
             .sample()
             .allocated_bytes,
-        read_ahead: read_ahead_counted(config, model.input(), loader, resident_store),
+        read_ahead: counted(config, data.read_ahead(config, loader)),
     };
-    let prepared = crate::plan::prepare(config.target(), model, planning, share, sink).await?;
+    let prepared = crate::plan::prepare(config.target(), task, planning, share, sink).await?;
     let plan = &prepared.plan;
     config.set_split(plan.split());
     config.checkpointing = plan.checkpointing;
@@ -111,11 +103,10 @@ pub async fn plan_only_async(
                     sink,
                 } = self;
                 config.validate()?;
-                let mut data = data::open(&config, loader)?;
-                data.check(config.patch_spec(model.input()))?;
-                let model = model.for_machines(&data.machines)?;
-                let resident = data.store.is_resident();
-                prepare_run(&mut config, &model, planning, loader, resident, sink).await
+                let (task, mut data) = model.open(&config, loader)?;
+                data.check()?;
+                let task = task.for_data(&data)?;
+                prepare_run(&mut config, &task, &data, planning, loader, sink).await
             })
         }
     }
@@ -135,11 +126,11 @@ pub async fn plan_only_async(
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
 /// (they decide what each step reads), and first tries its saved split, unless the user
 /// named another; only when that does not fit is the split planned afresh.
-pub(super) async fn replan_resumed<C: ModelConfig>(
+pub(super) async fn replan_resumed<T: RunTask>(
     config: &mut TrainConfig,
-    model: &C,
+    task: &T,
+    data: &T::Data,
     options: &RunOptions,
-    resident_store: bool,
 ) -> Result<Planned, TrainError> {
     let Some(asked) = options.planning else {
         return Ok(Planned::default());
@@ -156,11 +147,11 @@ pub(super) async fn replan_resumed<C: ModelConfig>(
         loader: options.loader.clone(),
         ..RunOptions::default()
     };
-    match plan_run(config, model, &with(saved), resident_store).await {
+    match plan_run(config, task, data, &with(saved)).await {
         Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
             if saved != keep =>
         {
-            plan_run(config, model, &with(keep), resident_store).await
+            plan_run(config, task, data, &with(keep)).await
         }
         other => other,
     }

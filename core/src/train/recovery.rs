@@ -3,12 +3,11 @@
 
 use crate::config::TrainConfig;
 use crate::events::{Event, EventSink, RecoveryReport};
-use crate::model::{ModelConfig, SpectrogramModel};
 use crate::plan::{PlanningError, ReadAhead};
 use crate::step;
 
-use super::read_ahead::{read_ahead, read_ahead_counted};
-use super::{MAX_RECOVERIES_IN_A_ROW, ModelTrainer, TrainError};
+use super::run_task::{RunTask, TaskData};
+use super::{MAX_RECOVERIES_IN_A_ROW, TaskTrainer, TrainError, counted};
 
 /// The micro-batch after an out-of-memory step when nothing better is known (the device
 /// failed without a reading): half, rounded up.
@@ -46,7 +45,7 @@ pub(super) fn refit_micro_batch(
     })
 }
 
-impl<M: SpectrogramModel> ModelTrainer<M> {
+impl<T: RunTask> TaskTrainer<T> {
     /// After an out-of-memory step: free what it held, split the effective batch finer, and
     /// let the loop redo the step. Nothing of the model or optimizer changed (see
     /// [`step::StepError`]), so the redone step is the step a smaller plan would have run.
@@ -80,14 +79,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         };
         tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
         self.config.set_micro_batch(to_mb);
-        let depth = read_ahead(
-            &self.options.loader,
-            self.data.store.is_resident(),
-            &self.config,
-            self.model_config.input(),
-        )
-        .clips(to_mb);
-        self.stream.set_depth(depth);
+        self.data.stream(&self.config, &self.options.loader);
         sink.emit(Event::Recovery(RecoveryReport {
             step: self.step + 1,
             error: error.to_string(),
@@ -116,7 +108,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         if self.calibration.is_none() {
             let calibration = crate::plan::calibrate::calibrate_only(
                 self.config.target(),
-                &self.model_config,
+                &self.task,
                 self.config.precision,
                 self.config.checkpointing,
             )
@@ -130,11 +122,9 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let Some(calibration) = &self.calibration else {
             return Ok(halve(micro_batch));
         };
-        let read_ahead = read_ahead_counted(
+        let read_ahead = counted(
             &self.config,
-            self.model_config.input(),
-            &self.options.loader,
-            self.data.store.is_resident(),
+            self.data.read_ahead(&self.config, &self.options.loader),
         );
         Ok(refit_micro_batch(
             &calibration.memory,

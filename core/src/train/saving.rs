@@ -3,16 +3,21 @@
 
 use crate::checkpoint::{self, CheckpointFiles, CheckpointState, RngState};
 use crate::events::{Event, EventSink};
-use crate::model::SpectrogramModel;
 
-use super::{ModelTrainer, TrainError};
+use super::run_task::{RunTask, TaskData};
+use super::{TaskTrainer, TrainError};
 
-impl<M: SpectrogramModel> ModelTrainer<M> {
+impl<T: RunTask> TaskTrainer<T> {
     pub(super) fn checkpoint(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
         let Some(out) = &self.options.out_dir else {
             return Ok(());
         };
-        let path = checkpoint::save(out, &self.checkpoint_state(), &self.model, &self.optimizer)?;
+        let path = checkpoint::save(
+            out,
+            &self.checkpoint_state(),
+            &self.networks,
+            &self.optimizer,
+        )?;
         sink.emit(Event::Checkpoint {
             step: self.step,
             path: path.display().to_string(),
@@ -29,7 +34,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         let dir = std::path::Path::new("checkpoint");
         Ok(CheckpointFiles::encode(
             &self.checkpoint_state(),
-            &self.model,
+            &self.networks,
             &self.optimizer,
             dir,
         )?)
@@ -41,12 +46,12 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             step: self.step,
             total_steps: self.total_steps,
             config: self.config.clone(),
-            normalization: self.normalization,
+            normalization: self.data.normalization(),
             rng: RngState {
                 seed: self.config.seed,
                 stream_position: self.step * self.config.clips_per_step() as u64,
             },
-            param_ids: checkpoint::param_ids(&self.model),
+            param_ids: checkpoint::param_ids(&self.networks),
         }
     }
 }

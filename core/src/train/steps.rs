@@ -1,18 +1,18 @@
 //! The loop: steps of micro-batches until the run's length or a stop, with validation,
-//! checkpoints, memory cleanups and the model's warm-up end on the way.
+//! checkpoints, memory cleanups and the task's warm-up end on the way.
 
 use web_time::Instant;
 
 use crate::budget::Budget;
 use crate::events::{Event, EventSink, StepReport};
-use crate::model::{Patches, SpectrogramModel};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 use crate::step;
 
-use super::{ModelTrainer, TrainError, control, every, schedule};
+use super::run_task::{RunTask, TaskData};
+use super::{TaskTrainer, TrainError, control, every, schedule};
 
-impl<M: SpectrogramModel> ModelTrainer<M> {
+impl<T: RunTask> TaskTrainer<T> {
     /// Trains until the run length is reached or a stop is asked for. Always ends with a
     /// validation pass and, when there is an output directory, a checkpoint.
     #[cfg(not(target_arch = "wasm32"))]
@@ -20,7 +20,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         block_on(self.run_async(sink))
     }
 
-    /// [`ModelTrainer::run`], awaited.
+    /// [`TaskTrainer::run`], awaited.
     pub async fn run_async(&mut self, sink: &mut dyn EventSink) -> Result<(), TrainError> {
         let started = Instant::now();
         for event in self.pending.drain(..) {
@@ -53,8 +53,8 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 self.meter.cleanup();
                 sink.emit(Event::MemoryCleanup { step });
             }
-            let completed = self.stream.epoch_of(step * clips_per_step);
-            if completed > self.stream.epoch_of((step - 1) * clips_per_step) {
+            let completed = self.epoch_of(step * clips_per_step);
+            if completed > self.epoch_of((step - 1) * clips_per_step) {
                 sink.emit(Event::Epoch {
                     epoch: completed,
                     step,
@@ -71,7 +71,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 self.checkpoint(sink)?;
             }
         }
-        if !self.data.validation.is_empty() {
+        if self.data.validation_examples() > 0 {
             sink.emit(Event::Validation {
                 step: self.step,
                 loss: self.validation_loss_async().await?,
@@ -86,6 +86,11 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             host_peak_bytes: crate::memory::host_peak_bytes(),
         });
         Ok(())
+    }
+
+    /// The epoch that position `position` of the train stream falls in.
+    fn epoch_of(&self, position: u64) -> u64 {
+        position / self.data.train_examples().max(1) as u64
     }
 
     pub(super) async fn train_step(&mut self) -> Result<StepReport, TrainError> {
@@ -103,13 +108,13 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         // the micro-batches early; the step then refuses to update (Incomplete), and the
         // file's error is what the run reports.
         let mut read_error = None;
-        let stream = &mut self.stream;
+        let data = &mut self.data;
         let device = &self.device;
         let micro_batches = sizes.iter().scan(first, |position, &count| {
-            match stream.batch(*position, count) {
+            match data.micro_batch(*position, count, device) {
                 Ok(batch) => {
                     *position += count as u64;
-                    Some(batch.to_tensor(device))
+                    Some(batch)
                 }
                 Err(error) => {
                     read_error = Some(error);
@@ -125,10 +130,10 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             warming_up: self.step < warmup,
             precision: c.precision,
         };
-        let model = self.model.clone();
+        let networks = self.networks.clone();
         let stepped = step::optimizer_step(
-            &self.model_config,
-            model,
+            &self.task,
+            networks,
             &mut self.optimizer,
             micro_batches,
             settings,
@@ -136,9 +141,9 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         )
         .await;
         if let Some(error) = read_error {
-            return Err(error.into());
+            return Err(error);
         }
-        let (model, outcome) = stepped?;
+        let (networks, outcome) = stepped?;
         if let Some(phase) = outcome.phases.iter().find(|p| !p.loss.is_finite()) {
             return Err(TrainError::NonFinite {
                 step: self.step + 1,
@@ -146,14 +151,14 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             });
         }
         let outcome = outcome.first();
-        self.model = model;
+        self.networks = networks;
         self.step += 1;
         let memory = self.meter.sample();
         let seconds = started.elapsed().as_secs_f64();
         Ok(StepReport {
             step: self.step,
             total_steps: self.total_steps,
-            epoch: self.stream.epoch_of(first),
+            epoch: self.epoch_of(first),
             loss: outcome.loss,
             reconstruction_loss: outcome.reported,
             lr,
@@ -169,34 +174,15 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         })
     }
 
-    /// Ends the model's warm-up with the train split's patches, read in order on the device
-    /// without autodiff; outside the step's time and memory window, as set-up is.
+    /// Ends the task's warm-up on the device without autodiff; outside the step's time and
+    /// memory window, as set-up is.
     async fn end_warm_up(&mut self) -> Result<(), TrainError> {
         let plain = self.device.clone().without_autodiff();
-        let mut read_error = None;
-        let mut clips = self.data.train.iter();
-        let mut patches = std::iter::from_fn(|| {
-            let &clip = clips.next()?;
-            match self.patches_of(clip) {
-                Ok(batch) => Some(batch.to_tensor(&plain)),
-                Err(error) => {
-                    read_error = Some(error);
-                    None
-                }
-            }
-        });
-        let model = self
-            .model
-            .clone()
-            .end_warm_up(
-                &mut patches as &mut dyn Iterator<Item = Patches>,
-                self.config.seed,
-            )
-            .await;
-        if let Some(error) = read_error {
-            return Err(error);
-        }
-        self.model = model?;
+        let networks = self.networks.clone();
+        self.networks = self
+            .task
+            .end_warm_up(networks, &self.data, &plain, self.config.seed)
+            .await?;
         Ok(())
     }
 }

@@ -4,30 +4,28 @@
 use crate::budget::Budget;
 use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::{ConfigError, ResumeChanges, Setting, TrainConfig};
-use crate::data::TrainStream;
-use crate::data::{self, RunData};
 use crate::events::{DatasetReport, RunInfo};
 use crate::memory::MemoryMeter;
-use crate::model::{ModelConfig, ModelSpec, SpectrogramModel};
+use crate::model::ModelSpec;
 use crate::plan::Plan;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
 use super::planning::{Planned, plan_run, replan_resumed};
-use super::read_ahead::read_ahead;
-use super::{ModelTrainer, RunOptions, Start, TrainError};
+use super::run_task::{RunTask, TaskData};
+use super::{RunOptions, Start, TaskTrainer, TrainError};
 
-impl<M: SpectrogramModel> ModelTrainer<M> {
-    /// A fresh run of `config`, whose `model` names `M` (`ModelSpec::of`).
+impl<T: RunTask> TaskTrainer<T> {
+    /// A fresh run of `config`, whose `model` names `T` (`ModelSpec::of`).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         block_on(Self::new_async(config, options))
     }
 
-    /// [`ModelTrainer::new`], awaited.
+    /// [`TaskTrainer::new`], awaited.
     pub async fn new_async(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         config.validate()?;
-        let model_config: M::Config = config.model.config()?;
+        let task: T = config.model.config()?;
         // A fresh run never writes over another run's checkpoints.
         if let Some(dir) = &options.out_dir
             && let Ok(state) = checkpoint::read_state(dir)
@@ -37,24 +35,23 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
                 step: state.step,
             });
         }
-        let mut data = data::open(&config, &options.loader)?;
-        let normalization = data.check(config.patch_spec(model_config.input()))?;
-        let model_config = model_config.for_machines(&data.machines)?;
+        let (task, mut data) = task.open(&config, &options.loader)?;
+        data.check()?;
+        let task = task.for_data(&data)?;
         let mut config = config;
-        config.model = ModelSpec::of(&model_config);
-        let resident = data.store.is_resident();
-        let planned = plan_run(&mut config, &model_config, &options, resident).await?;
+        config.model = ModelSpec::of(&task);
+        let planned = plan_run(&mut config, &task, &data, &options).await?;
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
-        let model = model_config.init(&device);
+        let networks = task.networks(&device);
         let start = Start {
             device,
-            model,
+            networks,
             optimizer: checkpoint::new_optimizer(),
             step: 0,
-            normalization,
+            normalization: None,
         };
-        Self::assemble(config, model_config, options, start, data, planned)
+        Self::assemble(config, task, options, start, data, planned)
     }
 
     /// Continues the run saved at `path`, with the `changes` a resumed run may make (a longer
@@ -69,7 +66,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         block_on(Self::resume_async(path, changes, options))
     }
 
-    /// [`ModelTrainer::resume`], awaited.
+    /// [`TaskTrainer::resume`], awaited.
     pub async fn resume_async(
         path: &std::path::Path,
         changes: &ResumeChanges,
@@ -79,7 +76,7 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         Self::resume_files_async(files, &dir, changes, options).await
     }
 
-    /// [`ModelTrainer::resume_async`] from a checkpoint's files already in memory (a page's
+    /// [`TaskTrainer::resume_async`] from a checkpoint's files already in memory (a page's
     /// upload); `name` is what errors call the checkpoint.
     pub async fn resume_files_async(
         files: CheckpointFiles,
@@ -88,33 +85,32 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         options: RunOptions,
     ) -> Result<Self, TrainError> {
         let mut config = files.state(name)?.config;
-        let model_config: M::Config = config.model.config()?;
+        let task: T = config.model.config()?;
         changes.apply(&mut config);
-        let mut data = data::open(&config, &options.loader)?;
+        let (task, mut data) = task.open(&config, &options.loader)?;
         // The same check as at the start, so the same bad files are left out; the
         // normalization stays the saved one.
-        data.check(config.patch_spec(model_config.input()))?;
+        data.check()?;
         // A resumed run may be planned again (another device, another budget).
-        let resident = data.store.is_resident();
-        let planned = replan_resumed(&mut config, &model_config, &options, resident).await?;
+        let planned = replan_resumed(&mut config, &task, &data, &options).await?;
         let device = config.target().training_device(config.checkpointing)?;
-        let loaded = files.decode::<M::Config>(name, &device)?;
+        let loaded = files.decode_task(name, &device, |task: &T| task.networks(&device))?;
         let start = Start {
             device,
-            model: loaded.model,
+            networks: loaded.model,
             optimizer: loaded.optimizer,
             step: loaded.state.step,
-            normalization: loaded.state.normalization,
+            normalization: Some(loaded.state.normalization),
         };
-        Self::assemble(config, model_config, options, start, data, planned)
+        Self::assemble(config, task, options, start, data, planned)
     }
 
     fn assemble(
         config: TrainConfig,
-        model_config: M::Config,
+        task: T,
         options: RunOptions,
-        start: Start<M>,
-        data: RunData,
+        start: Start<T::Networks>,
+        mut data: T::Data,
         planned: Planned,
     ) -> Result<Self, TrainError> {
         let Planned {
@@ -127,44 +123,33 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         };
         let Start {
             device,
-            model,
+            networks,
             optimizer,
             step,
             normalization,
         } = start;
-        if data.train.is_empty() {
+        if data.train_examples() == 0 {
             return Err(TrainError::EmptyTrainSplit);
         }
-        let shape = model_config.input();
-        let depth = read_ahead(&options.loader, data.store.is_resident(), &config, shape)
-            .clips(config.micro_batch);
-        let stream = TrainStream::new(
-            data.store.clone(),
-            data.train.clone(),
-            data.classes.clone(),
-            config.patch_spec(shape),
-            config.seed,
-            normalization,
-            options.loader.workers,
-            depth,
-        );
-        let total_steps = config.total_steps(stream.len());
+        if let Some(saved) = normalization {
+            data.keep_normalization(saved);
+        }
+        data.stream(&config, &options.loader);
+        let total_steps = config.total_steps(data.train_examples());
         let mut config = config;
         config
             .quantizer_warmup_steps
-            .get_or_insert(model_config.default_warm_up_steps(total_steps));
+            .get_or_insert(task.default_warm_up_steps(total_steps));
         let meter = MemoryMeter::new(config.backend, &device).with_budget(options.budget.clone());
         Ok(Self {
             config,
-            model_config,
+            task,
             options,
             device,
-            model,
+            networks,
             optimizer,
             step,
             total_steps,
-            normalization,
-            stream,
             data,
             meter,
             plan,
@@ -193,8 +178,9 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
         &self.config
     }
 
-    pub fn model(&self) -> &M {
-        &self.model
+    /// The networks as they stand (the model, for a model's run).
+    pub fn model(&self) -> &T::Networks {
+        &self.networks
     }
 
     pub fn step(&self) -> u64 {
@@ -218,14 +204,14 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
             effective_batch: c.effective_batch(),
             total_steps: self.total_steps,
             start_step: self.step,
-            steps_per_epoch: c.steps_per_epoch(self.stream.len()),
+            steps_per_epoch: c.steps_per_epoch(self.data.train_examples()),
             lr: c.lr,
             seed: c.seed,
-            train_clips: self.stream.len(),
-            validation_clips: self.data.validation.len(),
-            test_clips: self.data.test.len(),
+            train_clips: self.data.train_examples(),
+            validation_clips: self.data.validation_examples(),
+            test_clips: self.data.test_examples(),
             // As PyTorch counts them: trainable values, not BatchNorm's running statistics.
-            parameters: self.model_config.parameter_count() as usize,
+            parameters: self.task.parameters() as usize,
             memory_source: self.meter.source(),
             precision: c.precision.name().into(),
             checkpointing: c.checkpointing,
@@ -236,18 +222,6 @@ impl<M: SpectrogramModel> ModelTrainer<M> {
 
     /// What the run reads, and how.
     pub fn dataset_report(&self) -> DatasetReport {
-        let clips = self.data.store.clips();
-        let mut machine_types: Vec<String> = clips.iter().map(|c| c.machine_type.clone()).collect();
-        machine_types.dedup();
-        DatasetReport {
-            source: self.config.dataset.describe(),
-            machine_types,
-            train_clips: self.data.train.len(),
-            validation_clips: self.data.validation.len(),
-            test_clips: self.data.test.len(),
-            resident: self.data.store.is_resident(),
-            host_memory_bytes: self.options.loader.host_memory_bytes,
-            skipped: self.data.skipped.clone(),
-        }
+        self.data.report(&self.config, &self.options.loader)
     }
 }

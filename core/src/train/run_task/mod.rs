@@ -1,0 +1,136 @@
+//! What the run loop asks of a kind of training beyond one optimizer step
+//! ([`crate::task::TrainingTask`]): its data, opened and checked before the run is planned and
+//! streamed as the plan splits each step; what happens when its warm-up ends; and what it
+//! measures on held-out data. The loop ([`super::TaskTrainer`]), checkpoints and resume are
+//! written against these two traits, so a new kind of training implements them in a module
+//! of its own and trains, plans, recovers and resumes as the built-in models do.
+//!
+//! Every [`crate::model::ModelConfig`] is one ([`super::patches`]): patches of log-mel
+//! spectrograms, the DCASE splits, anomaly scores.
+
+use burn::tensor::Device;
+
+use crate::config::TrainConfig;
+use crate::data::{LoaderOptions, Normalization};
+use crate::events::DatasetReport;
+use crate::model::NamedConfig;
+use crate::plan::ReadAhead;
+use crate::readback::LocalFuture;
+use crate::task::TrainingTask;
+
+use super::{Evaluation, TrainError};
+
+/// A kind of training as the run loop drives it: its configuration is what a checkpoint
+/// records, under its name ([`NamedConfig`]).
+pub trait RunTask: TrainingTask + NamedConfig + Sync {
+    /// The run's data, as this task reads it.
+    type Data: TaskData<Batch = Self::Batch>;
+
+    /// Indexes the run's dataset, reading no example yet.
+    fn open(
+        self,
+        config: &TrainConfig,
+        loader: &LoaderOptions,
+    ) -> Result<(Self, Self::Data), TrainError>;
+
+    /// The task sized for a fresh run's checked data (a classifier's output for the
+    /// dataset's classes); refuses data it cannot learn from. A resumed run keeps its saved
+    /// task.
+    fn for_data(self, _data: &Self::Data) -> Result<Self, TrainError> {
+        Ok(self)
+    }
+
+    /// Warm-up steps for a run of `total_steps` when none were asked for; 0: none.
+    fn default_warm_up_steps(&self, _total_steps: u64) -> u64 {
+        0
+    }
+
+    /// The networks once the warm-up ends, given the run's data (`device`: the run's,
+    /// without autodiff); `seed` makes any draw reproducible. Outside any step's time and
+    /// memory window.
+    fn end_warm_up<'a>(
+        &'a self,
+        networks: Self::Networks,
+        _data: &'a Self::Data,
+        _device: &'a Device,
+        _seed: u64,
+    ) -> LocalFuture<'a, Result<Self::Networks, TrainError>> {
+        Box::pin(async move { Ok(networks) })
+    }
+
+    /// The mean loss over the validation split, without autodiff (`device`), at most `chunk`
+    /// examples on the device at once.
+    fn validation_loss<'a>(
+        &'a self,
+        networks: &'a Self::Networks,
+        data: &'a Self::Data,
+        device: &'a Device,
+        chunk: usize,
+    ) -> LocalFuture<'a, Result<f64, TrainError>>;
+
+    /// What the run is measured by on its test split, without autodiff (`device`), at most
+    /// `chunk` examples on the device at once; `skipped` lists files already left out.
+    fn evaluate<'a>(
+        &'a self,
+        networks: &'a Self::Networks,
+        data: &'a Self::Data,
+        device: &'a Device,
+        chunk: usize,
+        skipped: Vec<String>,
+    ) -> LocalFuture<'a, Result<Evaluation, TrainError>>;
+}
+
+/// A run's data: its splits, read lazily, and the train split as a stream whose positions
+/// count examples in the order every run of the same seed draws them.
+pub trait TaskData {
+    /// What a micro-batch is on the device.
+    type Batch;
+
+    /// Reads every train and validation example once before the run is planned: leaves out
+    /// (or fails on) bad files, and fits the input's normalization on the train split.
+    fn check(&mut self) -> Result<(), TrainError>;
+
+    /// Train examples in one epoch: the unit of the stream's positions and of a step's
+    /// share of the data (a spectrogram for the patch task).
+    fn train_examples(&self) -> usize;
+
+    /// Validation examples (none: the run computes no validation loss).
+    fn validation_examples(&self) -> usize;
+
+    /// Test examples: what [`RunTask::evaluate`] measures.
+    fn test_examples(&self) -> usize;
+
+    /// Whether the examples stay in host memory once read.
+    fn resident(&self) -> bool;
+
+    /// What the stream holds in host memory while reading ahead for `config`'s split, as
+    /// the planner counts it beside the step.
+    fn read_ahead(&self, config: &TrainConfig, loader: &LoaderOptions) -> ReadAhead;
+
+    /// (Re)starts the train stream for `config`'s split: after the plan, and after a
+    /// recovery changed the micro-batch.
+    fn stream(&mut self, config: &TrainConfig, loader: &LoaderOptions);
+
+    /// `count` examples from stream position `first` on, on `device`: one micro-batch.
+    fn micro_batch(
+        &mut self,
+        first: u64,
+        count: usize,
+        device: &Device,
+    ) -> Result<Self::Batch, TrainError>;
+
+    /// How inputs are standardised: fitted by [`TaskData::check`], saved with the run.
+    fn normalization(&self) -> Normalization;
+
+    /// A resumed run standardises as the saved run did.
+    fn keep_normalization(&mut self, normalization: Normalization);
+
+    /// What the run reads, and how.
+    fn report(&self, config: &TrainConfig, loader: &LoaderOptions) -> DatasetReport;
+
+    /// Files left out so far, each with its problem.
+    fn skipped(&self) -> Vec<String>;
+}
+
+#[cfg(test)]
+mod tests;
