@@ -4,10 +4,10 @@
 use crate::backend::{BackendKind, Target};
 use crate::model::VqAutoencoderConfig;
 use crate::model::vq_patch_ae::StepForms;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::model::{ModelConfig, WithModel, with_default};
 use crate::plan::memory;
 use crate::probe::{DeviceClass, DeviceReport, MachineReport};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::registry::{BuiltIn, WithTask, with_default};
 use crate::size::gib;
 
 /// Free memory a GPU must have for auto to consider it: twice the analytic size of the
@@ -256,9 +256,9 @@ pub fn resolve(report: &MachineReport, model: &str) -> Choice {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn quick_benchmark(device: &DeviceReport, model: &str) -> Result<f64, String> {
     struct Trial(Target);
-    impl WithModel for Trial {
+    impl WithTask for Trial {
         type Output = Result<f64, String>;
-        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+        fn run<T: BuiltIn>(self, model: T) -> Self::Output {
             let [_, patches] = crate::plan::calibration_patches(&model, self.0.backend);
             crate::readback::block_on(crate::plan::measure_step(
                 self.0,

@@ -5,7 +5,7 @@ use headroom_datasets::{FeatureSettings, PatchPlacement, PatchShape, PatchSpec, 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, DeviceTarget, Target};
-use crate::model::{ModelConfig, ModelError, ModelSpec, WithModel, with_default};
+use crate::model::{ModelConfig, ModelSpec};
 use crate::precision::Precision;
 pub use crate::setting::Setting;
 use crate::setting::{Described, PlainWords, Wording};
@@ -253,18 +253,6 @@ impl TrainConfig {
         self.stride = model.training_stride();
         self.eval_stride = model.scoring_stride();
         self.model = ModelSpec::of(model);
-    }
-
-    /// Trains the built-in model `name` (`model::built_in`), as [`Self::set_model`].
-    pub fn set_built_in_model(&mut self, name: &str) -> Result<(), ModelError> {
-        struct Set<'a>(&'a mut TrainConfig);
-        impl WithModel for Set<'_> {
-            type Output = ();
-            fn run<C: ModelConfig>(self, model: C) {
-                self.0.set_model(&model);
-            }
-        }
-        with_default(name, Set(self))
     }
 
     /// How train clips are cut into patches of the model's `shape`.

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod precision;
 pub mod probe;
 pub mod readback;
+pub mod registry;
 pub mod setting;
 pub mod size;
 pub mod spec;
@@ -29,7 +30,8 @@ pub mod train;
 
 pub use backend::{BackendError, BackendKind, DeviceTarget, Target};
 pub use events::{Event, EventSink};
-pub use train::{ModelTrainer, RunLength, RunOptions, TrainConfig, TrainError, Trainer};
+pub use registry::Trainer;
+pub use train::{ModelTrainer, RunLength, RunOptions, TaskTrainer, TrainConfig, TrainError};
 
 // Unit tests measure host memory, so their binary counts allocations like the CLI does.
 #[cfg(test)]

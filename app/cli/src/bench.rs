@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use headroom_core::bench::{self, BenchConfig};
-use headroom_core::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
+use headroom_core::registry::{BuiltIn, WithTask, with_default};
 
 use crate::args::BenchArgs;
 use crate::render::mib;
@@ -53,9 +54,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                  layers; {name} is timed as a whole"
             );
             struct Time<'a>(&'a BenchConfig, usize);
-            impl WithModel for Time<'_> {
+            impl WithTask for Time<'_> {
                 type Output = Result<bench::BenchResult, bench::BenchError>;
-                fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+                fn run<T: BuiltIn>(self, model: T) -> Self::Output {
                     bench::run_model(&model, self.0, self.1)
                 }
             }

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use headroom_core::eval::ClipScore;
-use headroom_core::train::{DatasetSource, Evaluation, evaluate_checkpoint};
+use headroom_core::registry::evaluate_checkpoint;
+use headroom_core::train::{DatasetSource, Evaluation};
 use headroom_datasets::audio::{Audio, write_wav};
 use headroom_datasets::npy::write_npy;
 use headroom_datasets::synthetic::waveform;
@@ -96,7 +97,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     let state = headroom_core::checkpoint::read_state(&args.checkpoint)
         .with_context(|| format!("cannot read the checkpoint {}", args.checkpoint.display()))?;
     if let Some(asked) = &args.model {
-        headroom_core::model::default_spec(asked)?;
+        headroom_core::registry::default_spec(asked)?;
         let saved = &state.config.model.name;
         anyhow::ensure!(
             saved == asked,

@@ -1,7 +1,7 @@
 //! `trainer-cli models`: the models `--model` takes.
 
 use anyhow::Result;
-use headroom_core::model::built_in;
+use headroom_core::registry::built_in;
 
 use crate::args::ModelsArgs;
 

@@ -6,10 +6,11 @@ use headroom_core::budget::simulated as devices;
 use headroom_core::budget::{BudgetError, BudgetSource};
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
-use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig, WithModel, with_default};
+use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::{self, Calibration, Plan};
 use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
+use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::size::human as gib;
 use headroom_core::spec::BudgetSpec;
 use headroom_core::split::Split;
@@ -36,9 +37,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         return plan_for(args, model);
     }
     struct Plan(PlanArgs);
-    impl WithModel for Plan {
+    impl WithTask for Plan {
         type Output = Result<()>;
-        fn run<C: ModelConfig>(self, model: C) -> Result<()> {
+        fn run<T: BuiltIn>(self, model: T) -> Result<()> {
             plan_for(self.0, model)
         }
     }
@@ -46,8 +47,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
 }
 
 /// `plan` for one model.
-fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
-    let resolved = args.backend.resolve_for(C::NAME);
+fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
+    let resolved = args.backend.resolve_for(T::NAME);
     if let Some(reason) = &resolved.reason
         && !args.json
     {
@@ -83,9 +84,9 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
             dataset: spec.dataset()?,
             ..TrainConfig::default()
         };
-        config.set_model(&model);
+        model.configure(&mut config);
         let loader = args.loader.options()?;
-        headroom_core::train::plan_only(config, &planning, &loader, &mut events)?
+        headroom_core::registry::plan_only(config, &planning, &loader, &mut events)?
     };
     let dry_runs: Vec<&Event> = events
         .iter()
@@ -136,7 +137,7 @@ fn plan_for<C: ModelConfig>(args: PlanArgs, model: C) -> Result<()> {
 /// large plan uses (f32, and the half precision): a step's peak grows faster per patch at
 /// larger sizes (docs/PLANNER.md), and a what-if plan reaches thousands of patches with no
 /// dry-run to correct it.
-fn calibrate_for_large_plans<C: ModelConfig>(target: Target, model: &C) -> Result<Calibration> {
+fn calibrate_for_large_plans<T: BuiltIn>(target: Target, model: &T) -> Result<Calibration> {
     let mut calibration = block_on(plan::calibrate(target, model))?;
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     let [_, large] = plan::calibration_patches(model, target.backend);
@@ -156,9 +157,9 @@ fn calibrate_for_large_plans<C: ModelConfig>(target: Target, model: &C) -> Resul
 /// The memory model for the GPU rows: the GPU path's (the cubecl pool's footprint, the GPU
 /// forms of the layers), measured on a wgpu adapter where this machine has one (a software
 /// one's pool accounts as a GPU's does); else the local figures, said to be an estimate.
-fn gpu_calibration<C: ModelConfig>(
+fn gpu_calibration<T: BuiltIn>(
     local: Target,
-    model: &C,
+    model: &T,
     calibration: &Calibration,
     quiet: bool,
 ) -> (Calibration, String) {
@@ -221,12 +222,7 @@ struct Row {
     plan: Result<Plan, String>,
 }
 
-fn what_if<C: ModelConfig>(
-    args: &PlanArgs,
-    target: Target,
-    model: &C,
-    resident: u64,
-) -> Result<()> {
+fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64) -> Result<()> {
     let spec = args.spec()?;
     let f = spec.memory.fraction;
     // Each simulated GPU's budget, resolved before calibrating so a bad fraction fails fast.
@@ -375,7 +371,7 @@ struct Verified {
 }
 
 /// Calibrates once, then measures a real step at each configuration.
-fn verify<C: ModelConfig>(spec: &str, json: bool, target: Target, model: &C) -> Result<()> {
+fn verify<T: BuiltIn>(spec: &str, json: bool, target: Target, model: &T) -> Result<()> {
     let backend = target.backend;
     let configs = parse_configs(spec)?;
     let calibration = block_on(plan::calibrate(target, model))?;

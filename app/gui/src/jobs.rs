@@ -10,9 +10,10 @@ use std::sync::mpsc::Sender;
 use eframe::egui;
 use headroom_core::auto;
 use headroom_core::events::Event;
-use headroom_core::model::{ModelConfig, VqAutoencoderConfig, WithModel, with_default};
+use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::plan::Calibration;
 use headroom_core::probe::{MachineReport, gpus::ProbeSettings, isolate};
+use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::train::Evaluation;
 use headroom_core::{RunOptions, Target, TrainConfig, Trainer};
 use headroom_datasets::dcase;
@@ -103,9 +104,9 @@ pub fn synthetic_summary(config: &SyntheticConfig) -> DatasetSummary {
 /// Calibrates the planner for the built-in model `model` on `target`.
 pub fn calibrate(outbox: Outbox, target: Target, model: String) {
     struct Calibrate(Target);
-    impl WithModel for Calibrate {
+    impl WithTask for Calibrate {
         type Output = Result<Calibration, String>;
-        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+        fn run<T: BuiltIn>(self, model: T) -> Self::Output {
             headroom_core::readback::block_on(headroom_core::plan::calibrate(self.0, &model))
                 .map_err(|e| e.to_string())
         }

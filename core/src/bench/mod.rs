@@ -15,10 +15,11 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::{LayerForms, ModelConfig, Patches, VqAutoencoderConfig};
+use crate::model::{LayerForms, VqAutoencoderConfig};
 use crate::readback::block_on;
 use crate::split::Split;
 use crate::step::{StepError, StepSettings, optimizer_step};
+use crate::task::TrainingTask;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -128,9 +129,9 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
     run_model(&model, config, threads)
 }
 
-/// Times model `model`.
-pub fn run_model<C: ModelConfig>(
-    model: &C,
+/// Times task `task` (a model: its patch task) on random micro-batches shaped as its data.
+pub fn run_model<T: TrainingTask>(
+    task: &T,
     config: &BenchConfig,
     threads: usize,
 ) -> Result<BenchResult, BenchError> {
@@ -138,10 +139,7 @@ pub fn run_model<C: ModelConfig>(
         .backend
         .training_device(config.device, config.checkpointing)?;
     device.seed(config.seed);
-    let task = model;
-    let shape = model.input();
-    let classes = model.classes();
-    let mut model = model.init(&device);
+    let mut model = task.networks(&device);
     let params = burn::module::Module::num_params(&model);
     let mut optimizer = new_optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
@@ -153,7 +151,7 @@ pub fn run_model<C: ModelConfig>(
             meter.reset_peak();
         }
         let started = Instant::now();
-        let batches = (0..config.accumulation).map(|_| Patches::random(shape, classes, n, &device));
+        let batches = (0..config.accumulation).map(|_| task.measuring_batch(n, &device));
         let settings = config.step_settings(n * config.accumulation);
         let (next, _) = block_on(optimizer_step(
             task,

@@ -6,7 +6,7 @@
 //! Why traits with an associated config rather than one trait object: burn's `Module` (what
 //! the optimizer, gradients and records work on) is not object-safe, and a run's model is
 //! fixed when it starts, so the engine is generic over the model and front-ends choose it by
-//! name once ([`with_model`]).
+//! name once (`crate::registry`).
 
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
@@ -304,13 +304,6 @@ impl Described for ModelError {
     }
 }
 
-/// Something done with a model chosen by name: [`with_model`] calls `run` with its
-/// configuration type.
-pub trait WithModel {
-    type Output;
-    fn run<C: ModelConfig>(self, config: C) -> Self::Output;
-}
-
 /// One built-in model, as `trainer-cli models` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelInfo {
@@ -319,82 +312,4 @@ pub struct ModelInfo {
     pub parameters: u64,
     pub input: PatchShape,
     pub default_batch: DefaultBatch,
-}
-
-/// The built-in model `name`, as `trainer-cli models` lists it.
-pub fn info_of(name: &str) -> Result<ModelInfo, ModelError> {
-    struct Info;
-    impl WithModel for Info {
-        type Output = ModelInfo;
-        fn run<C: ModelConfig>(self, _: C) -> ModelInfo {
-            info::<C>()
-        }
-    }
-    with_default(name, Info)
-}
-
-fn info<C: ModelConfig>() -> ModelInfo {
-    let config = C::default();
-    ModelInfo {
-        name: C::NAME,
-        summary: C::SUMMARY,
-        parameters: config.parameter_count(),
-        input: config.input(),
-        default_batch: config.default_batch(),
-    }
-}
-
-/// The built-in models, the default first.
-pub fn built_in() -> Vec<ModelInfo> {
-    vec![
-        info::<super::VqAutoencoderConfig>(),
-        info::<super::DcaseAeConfig>(),
-        info::<super::IdClassifierConfig>(),
-    ]
-}
-
-/// Runs `action` with the built-in model `spec` names, its saved configuration read.
-pub fn with_model<W: WithModel>(spec: &ModelSpec, action: W) -> Result<W::Output, ModelError> {
-    /// The configuration type `with_default` picks by name, read from the spec instead.
-    struct Saved<'a, W>(&'a ModelSpec, W);
-    impl<W: WithModel> WithModel for Saved<'_, W> {
-        type Output = Result<W::Output, ModelError>;
-        fn run<C: ModelConfig>(self, _: C) -> Self::Output {
-            Ok(self.1.run(self.0.config::<C>()?))
-        }
-    }
-    with_default(&spec.name, Saved(spec, action))?
-}
-
-/// Runs `action` with the default configuration of the built-in model `name`.
-pub fn with_default<W: WithModel>(name: &str, action: W) -> Result<W::Output, ModelError> {
-    use super::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
-    match name {
-        <VqAutoencoderConfig as ModelConfig>::NAME => {
-            Ok(action.run(VqAutoencoderConfig::default()))
-        }
-        <DcaseAeConfig as ModelConfig>::NAME => Ok(action.run(DcaseAeConfig::default())),
-        <IdClassifierConfig as ModelConfig>::NAME => Ok(action.run(IdClassifierConfig::default())),
-        other => Err(unknown(other)),
-    }
-}
-
-/// The default configuration of the built-in model `name`, as a run saves it.
-pub fn default_spec(name: &str) -> Result<ModelSpec, ModelError> {
-    struct Spec;
-    impl WithModel for Spec {
-        type Output = ModelSpec;
-        fn run<C: ModelConfig>(self, config: C) -> ModelSpec {
-            ModelSpec::of(&config)
-        }
-    }
-    with_default(name, Spec)
-}
-
-fn unknown(name: &str) -> ModelError {
-    let known: Vec<&str> = built_in().iter().map(|m| m.name).collect();
-    ModelError::Unknown {
-        name: name.to_string(),
-        known: known.join(", "),
-    }
 }

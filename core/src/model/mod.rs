@@ -22,8 +22,7 @@ pub mod vq_patch_ae;
 
 pub use api::{
     AnalyticStep, DefaultBatch, Machine, ModelConfig, ModelError, ModelInfo, ModelSpec,
-    NamedConfig, PatchShape, Patches, SpectrogramModel, StepLoss, WithModel, built_in,
-    default_spec, info_of, with_default, with_model,
+    NamedConfig, PatchShape, Patches, SpectrogramModel, StepLoss,
 };
 pub use dcase_ae::{DcaseAe, DcaseAeConfig};
 pub use id_classifier::{IdClassifier, IdClassifierConfig};

@@ -16,9 +16,10 @@ use crate::Target;
 use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
 use crate::config::{DatasetSource, RunLength, TrainConfig};
-use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig, info_of};
+use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig};
 use crate::plan::{Fixed, Planning, RequestError};
 use crate::precision::Precision;
+use crate::registry::info_of;
 use crate::setting::{Described, PlainWords, Setting, Wording};
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
@@ -27,7 +28,7 @@ pub use resume::{Change, Refusal, ResumeError, Resumed};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RunSpec {
-    /// A built-in model's name (`model::built_in`).
+    /// A built-in model's name (`registry::built_in`).
     pub model: Option<String>,
     pub data: DataSpec,
     pub split: SplitSpec,
@@ -270,7 +271,7 @@ impl RunSpec {
         };
         // First, so that the settings below override the model's split and strides.
         if let Some(name) = &self.model {
-            c.set_built_in_model(name)?;
+            crate::registry::configure(&mut c, name)?;
             let mels = c.dataset.mels();
             if let Some(asked) = self.data.n_mels
                 && asked != mels

@@ -1,12 +1,9 @@
-//! What a run is measured by: the validation loss, and the test split's anomaly scores with
-//! AUC/pAUC, for a run in memory or a saved checkpoint.
+//! What a run is measured by (its task's validation loss and evaluation), for a run in
+//! memory or a saved checkpoint.
 
-use crate::backend::Target;
 use crate::checkpoint::CheckpointFiles;
-use crate::config::{DatasetSource, TrainConfig};
+use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
-use crate::model::{ModelConfig, WithModel, with_model};
-use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
@@ -58,68 +55,9 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 }
 
-/// Scores the test split of `source` (or of the run's own dataset) with the model saved at
-/// `path`, as `trainer-cli eval` does. Features are read with the run's settings, so a
-/// model is scored on what it was trained on.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn evaluate_checkpoint(
-    path: &std::path::Path,
-    source: Option<DatasetSource>,
-    target: Option<Target>,
-    loader: LoaderOptions,
-) -> Result<Evaluation, TrainError> {
-    block_on(evaluate_checkpoint_async(path, source, target, loader))
-}
-
-/// [`evaluate_checkpoint`], awaited.
-pub async fn evaluate_checkpoint_async(
-    path: &std::path::Path,
-    source: Option<DatasetSource>,
-    target: Option<Target>,
-    loader: LoaderOptions,
-) -> Result<Evaluation, TrainError> {
-    struct Evaluate<'a> {
-        files: CheckpointFiles,
-        dir: &'a std::path::Path,
-        config: TrainConfig,
-        loader: LoaderOptions,
-    }
-    impl<'a> WithModel for Evaluate<'a> {
-        type Output = LocalFuture<'a, Result<Evaluation, TrainError>>;
-        fn run<C: ModelConfig>(self, _: C) -> Self::Output {
-            Box::pin(evaluate_saved::<C>(
-                self.files,
-                self.dir,
-                self.config,
-                self.loader,
-            ))
-        }
-    }
-    let (files, dir) = CheckpointFiles::read(path)?;
-    let mut config = files.state(&dir)?.config;
-    if let Some(target) = target {
-        config.backend = target.backend;
-        config.device = target.device;
-    }
-    if let Some(source) = source {
-        config.dataset = source;
-    }
-    let spec = config.model.clone();
-    with_model(
-        &spec,
-        Evaluate {
-            files,
-            dir: &dir,
-            config,
-            loader,
-        },
-    )?
-    .await
-}
-
 /// Scores `config`'s test split with the networks of task `T` saved in `files`, standardised
 /// as the saved run was.
-async fn evaluate_saved<T: RunTask>(
+pub async fn evaluate_saved<T: RunTask>(
     files: CheckpointFiles,
     dir: &std::path::Path,
     config: TrainConfig,

@@ -5,11 +5,10 @@
 //! A run of one kind of training ([`RunTask`]) is a [`TaskTrainer`]: made
 //! ([`trainer`]), planned before its networks exist ([`planning`]), stepped ([`steps`]),
 //! recovered from an out-of-memory step ([`recovery`]), evaluated ([`evaluate`]) and saved
-//! ([`saving`]); front-ends hold the task-erased [`Trainer`] ([`erased`]). Every model
+//! ([`saving`]); front-ends hold the task-erased [`crate::registry::Trainer`]. Every model
 //! configuration is a task ([`patches`]).
 
 mod control;
-mod erased;
 mod evaluate;
 mod patches;
 mod planning;
@@ -29,14 +28,9 @@ use burn::tensor::Device;
 use headroom_datasets::{FileError, PatchError};
 
 pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
-pub use erased::{Run, Trainer};
-#[cfg(not(target_arch = "wasm32"))]
-pub use evaluate::evaluate_checkpoint;
-pub use evaluate::evaluate_checkpoint_async;
+pub use evaluate::evaluate_saved;
 pub use patches::PatchData;
-#[cfg(not(target_arch = "wasm32"))]
-pub use planning::plan_only;
-pub use planning::plan_only_async;
+pub use planning::plan_task;
 pub use run_task::{RunTask, TaskData};
 
 use crate::backend::BackendError;
@@ -215,7 +209,7 @@ struct Start<N> {
 }
 
 /// A run of task `T`: what a library user with a kind of training of their own trains with
-/// (front-ends hold the task-erased [`Trainer`]).
+/// (front-ends hold the task-erased [`crate::registry::Trainer`]).
 pub struct TaskTrainer<T: RunTask> {
     config: TrainConfig,
     /// The task's configuration, as `config.model` records it.

@@ -5,11 +5,7 @@ use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
-use crate::model::{ModelConfig, WithModel, with_model};
 use crate::plan::{PlanError, Planning, PlanningError, Prepared, RunShare};
-use crate::readback::LocalFuture;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::readback::block_on;
 
 use super::run_task::{RunTask, TaskData};
 use super::{RunOptions, TrainError, counted};
@@ -66,61 +62,21 @@ pub(super) async fn prepare_run<T: RunTask>(
     Ok(prepared)
 }
 
-/// The plan a fresh run of `config` would train with, made as [`Trainer::new`] makes it (the
-/// dataset opened and checked first, so its memory and the read-ahead count), without
-/// training: what `trainer-cli plan` shows. Reports the `dry_run` and `plan` events.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn plan_only(
-    config: TrainConfig,
+/// The plan a fresh run of task `task` on `config` would train with, made as
+/// [`super::TaskTrainer::new`] makes it (the dataset opened and checked first, so its memory
+/// and the read-ahead count), without training. Reports the `dry_run` and `plan` events.
+pub async fn plan_task<T: RunTask>(
+    mut config: TrainConfig,
+    task: T,
     planning: &Planning,
     loader: &LoaderOptions,
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, TrainError> {
-    block_on(plan_only_async(config, planning, loader, sink))
-}
-
-/// [`plan_only`], awaited.
-pub async fn plan_only_async(
-    config: TrainConfig,
-    planning: &Planning,
-    loader: &LoaderOptions,
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, TrainError> {
-    struct PlanOnly<'a> {
-        config: TrainConfig,
-        planning: &'a Planning,
-        loader: &'a LoaderOptions,
-        sink: &'a mut dyn EventSink,
-    }
-    impl<'a> WithModel for PlanOnly<'a> {
-        type Output = LocalFuture<'a, Result<Prepared, TrainError>>;
-        fn run<C: ModelConfig>(self, model: C) -> Self::Output {
-            Box::pin(async move {
-                let PlanOnly {
-                    mut config,
-                    planning,
-                    loader,
-                    sink,
-                } = self;
-                config.validate()?;
-                let (task, mut data) = model.open(&config, loader)?;
-                data.check()?;
-                let task = task.for_data(&data)?;
-                prepare_run(&mut config, &task, &data, planning, loader, sink).await
-            })
-        }
-    }
-    let spec = config.model.clone();
-    with_model(
-        &spec,
-        PlanOnly {
-            config,
-            planning,
-            loader,
-            sink,
-        },
-    )?
-    .await
+    config.validate()?;
+    let (task, mut data) = task.open(&config, loader)?;
+    data.check()?;
+    let task = task.for_data(&data)?;
+    prepare_run(&mut config, &task, &data, planning, loader, sink).await
 }
 
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram

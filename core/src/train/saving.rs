@@ -58,8 +58,9 @@ impl<T: RunTask> TaskTrainer<T> {
 
 #[cfg(test)]
 mod tests {
+    use crate::Trainer;
     use crate::checkpoint::CheckpointFiles;
-    use crate::train::{DatasetSource, RunLength, RunOptions, TrainConfig, Trainer};
+    use crate::train::{DatasetSource, RunLength, RunOptions, TrainConfig};
 
     /// A web page's download: the checkpoint in memory is the one `--out` holds.
     #[test]

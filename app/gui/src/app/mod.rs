@@ -76,7 +76,7 @@ pub struct HeadroomApp {
     calibrating: Option<(Target, String)>,
     /// A device and model whose calibration failed: not retried on every frame.
     calibration_failed: Option<(Target, String)>,
-    /// The model to train, by name (`model::built_in`).
+    /// The model to train, by name (`registry::built_in`).
     pub model: String,
     pub pins: Pins,
     pub effective_batch: usize,

@@ -12,7 +12,7 @@ impl HeadroomApp {
                 egui::ComboBox::from_id_salt("model")
                     .selected_text(self.model.as_str())
                     .show_ui(ui, |ui| {
-                        for m in headroom_core::model::built_in() {
+                        for m in headroom_core::registry::built_in() {
                             let picked = ui
                                 .selectable_value(&mut self.model, m.name.to_string(), m.name)
                                 .on_hover_text(format!(

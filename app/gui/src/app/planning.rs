@@ -4,8 +4,8 @@
 
 use headroom_core::RunLength;
 use headroom_core::budget::simulated as devices;
-use headroom_core::model::{ModelConfig, WithModel, with_default};
 use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, RunShare, from_calibration};
+use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
 
 use super::{BudgetChoice, HeadroomApp};
@@ -88,9 +88,9 @@ impl HeadroomApp {
         // A preview before the run: the dataset and its read-ahead are not counted here; the
         // run's own plan counts them.
         struct Preview<'a>(&'a Calibration, Planning);
-        impl WithModel for Preview<'_> {
+        impl WithTask for Preview<'_> {
             type Output = Result<(Plan, Breakdown), String>;
-            fn run<C: ModelConfig>(self, model: C) -> Self::Output {
+            fn run<T: BuiltIn>(self, model: T) -> Self::Output {
                 from_calibration(&model, self.0, &self.1, RunShare::default())
                     .map_err(|e| e.to_string())
             }

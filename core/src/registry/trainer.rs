@@ -1,17 +1,16 @@
-//! The task-erased run front-ends hold: [`Trainer`] picks the built-in model a
+//! The task-erased run front-ends hold: [`Trainer`] picks the built-in task a
 //! configuration names and drives it through the [`Run`] trait.
 
 use crate::checkpoint::CheckpointFiles;
 use crate::config::{ResumeChanges, TrainConfig};
 use crate::events::{EventSink, RunInfo};
-use crate::model::{ModelConfig, WithModel, with_model};
 use crate::plan::Plan;
 use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
+use crate::train::{Evaluation, RunOptions, RunTask, TaskTrainer, TrainError};
 
-use super::run_task::RunTask;
-use super::{Evaluation, RunOptions, TaskTrainer, TrainError};
+use super::{BuiltIn, WithTask, with_saved};
 
 /// What front-ends drive: a run, whichever task it trains (through [`Trainer`]). Each
 /// method is [`TaskTrainer`]'s of the same name.
@@ -86,7 +85,7 @@ impl<T: RunTask> Run for TaskTrainer<T> {
     }
 }
 
-/// A run of the built-in model its configuration names (`TrainConfig::model`): what the
+/// A run of the built-in task its configuration names (`TrainConfig::model`): what the
 /// CLI and the GUI hold. A network or task of one's own trains through [`TaskTrainer`].
 /// Its methods are [`Run`]'s, reached through `Deref`.
 pub struct Trainer(Box<dyn Run>);
@@ -101,17 +100,17 @@ impl Trainer {
     /// [`Trainer::new`], awaited.
     pub async fn new_async(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
         struct New(TrainConfig, RunOptions);
-        impl WithModel for New {
+        impl WithTask for New {
             type Output = LocalFuture<'static, Result<Trainer, TrainError>>;
-            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+            fn run<T: BuiltIn>(self, _: T) -> Self::Output {
                 Box::pin(async move {
-                    let trainer = TaskTrainer::<C>::new_async(self.0, self.1).await?;
+                    let trainer = TaskTrainer::<T>::new_async(self.0, self.1).await?;
                     Ok(Trainer(Box::new(trainer)))
                 })
             }
         }
         let spec = config.model.clone();
-        with_model(&spec, New(config, options))?.await
+        with_saved(&spec, New(config, options))?.await
     }
 
     /// Continues the run saved at `path` (see [`TaskTrainer::resume`]).
@@ -148,19 +147,19 @@ impl Trainer {
             &'a ResumeChanges,
             RunOptions,
         );
-        impl<'a> WithModel for Resume<'a> {
+        impl<'a> WithTask for Resume<'a> {
             type Output = LocalFuture<'a, Result<Trainer, TrainError>>;
-            fn run<C: ModelConfig>(self, _: C) -> Self::Output {
+            fn run<T: BuiltIn>(self, _: T) -> Self::Output {
                 Box::pin(async move {
                     let Resume(files, name, changes, options) = self;
                     let trainer =
-                        TaskTrainer::<C>::resume_files_async(files, name, changes, options).await?;
+                        TaskTrainer::<T>::resume_files_async(files, name, changes, options).await?;
                     Ok(Trainer(Box::new(trainer)))
                 })
             }
         }
         let spec = files.state(name)?.config.model;
-        with_model(&spec, Resume(files, name, changes, options))?.await
+        with_saved(&spec, Resume(files, name, changes, options))?.await
     }
 }
 
