@@ -13,6 +13,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use headroom_core::backend::BackendKind;
 use headroom_core::budget::Budget;
+use headroom_core::events::EvaluationReport;
 use headroom_core::events::Event;
 use headroom_core::model::{
     AnalyticStep, ModelConfig, PatchShape, Patches, SpectrogramModel, StepLoss,
@@ -137,7 +138,7 @@ impl ModelConfig for TinyAeConfig {
 
 /// Trains `TinyAe` for `steps` steps on a small built-in dataset under a 256 MiB budget on
 /// flex, printing each event, and scores the test split.
-pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, Evaluation), TrainError> {
+pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, EvaluationReport), TrainError> {
     let mut config = TrainConfig {
         backend: BackendKind::Flex,
         length: RunLength::Steps(steps),
@@ -171,8 +172,12 @@ pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, Evaluation), TrainE
         }
         events.push(event);
     })?;
-    let evaluation = trainer.evaluate()?;
-    Ok((events, evaluation))
+    // A model's run scores anomalies; another kind of training reports its own results.
+    let report = match trainer.evaluate()? {
+        Evaluation::Anomaly { report, .. } => report,
+        Evaluation::Results(results) => unreachable!("a model's run scores anomalies: {results:?}"),
+    };
+    Ok((events, report))
 }
 
 #[allow(dead_code)]
@@ -182,9 +187,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     match train(steps, true) {
-        Ok((_, evaluation)) => println!(
+        Ok((_, report)) => println!(
             "tiny-ae: mean AUC {:.3}, pAUC {:.3}",
-            evaluation.report.auc, evaluation.report.pauc
+            report.auc, report.pauc
         ),
         Err(error) => {
             eprintln!("error: {error}");

@@ -9,7 +9,7 @@ use headroom_core::events::Event;
 
 #[test]
 fn a_network_defined_outside_headroom_trains_within_its_plan() {
-    let (events, evaluation) = example::train(12, false).expect("the example trains");
+    let (events, report) = example::train(12, false).expect("the example trains");
     let plan = events
         .iter()
         .find_map(|e| match e {
@@ -39,5 +39,5 @@ fn a_network_defined_outside_headroom_trains_within_its_plan() {
     let first: f64 = steps[..3].iter().map(|s| s.loss).sum();
     let last: f64 = steps[steps.len() - 3..].iter().map(|s| s.loss).sum();
     assert!(last < first, "the loss should fall: {first} -> {last}");
-    assert_eq!(evaluation.report.per_machine.len(), 2);
+    assert_eq!(report.per_machine.len(), 2);
 }

@@ -126,20 +126,39 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         .context("cannot score the test split")?;
     write_results(&args.out, &evaluation)?;
     if args.json {
-        println!("{}", serde_json::to_string(&evaluation.report)?);
+        match &evaluation {
+            Evaluation::Anomaly { report, .. } => println!("{}", serde_json::to_string(report)?),
+            Evaluation::Results(results) => println!("{}", serde_json::to_string(results)?),
+        }
     } else {
-        println!("{}", crate::render::describe_evaluation(&evaluation.report));
+        match &evaluation {
+            Evaluation::Anomaly { report, .. } => {
+                println!("{}", crate::render::describe_evaluation(report))
+            }
+            Evaluation::Results(results) => {
+                println!("{}", crate::render::describe_results(results))
+            }
+        }
         println!("Scores and results written to {}", args.out.display());
     }
     Ok(())
 }
 
-/// The challenge baseline's score files (`anomaly_score_<type>_id_<XX>.csv`, rows
-/// `file name,score`, no header), then `results.csv` and `results.json`.
+/// For anomaly scores, the challenge baseline's score files
+/// (`anomaly_score_<type>_id_<XX>.csv`, rows `file name,score`, no header); then
+/// `results.csv` and `results.json`.
 fn write_results(out: &Path, evaluation: &Evaluation) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_file(&out.join("results.csv"), evaluation.csv().as_bytes())?;
+    let (report, scores) = match evaluation {
+        Evaluation::Anomaly { report, scores } => (report, scores),
+        Evaluation::Results(results) => {
+            let json = serde_json::to_string_pretty(results)?;
+            return write_file(&out.join("results.json"), json.as_bytes());
+        }
+    };
     let mut groups: std::collections::BTreeMap<(&str, u32), Vec<&ClipScore>> = Default::default();
-    for clip in &evaluation.scores {
+    for clip in scores {
         groups
             .entry((clip.machine_type.as_str(), clip.machine_id))
             .or_default()
@@ -153,11 +172,7 @@ fn write_results(out: &Path, evaluation: &Evaluation) -> Result<()> {
             .collect();
         write_file(&path, text.as_bytes())?;
     }
-    write_file(
-        &out.join("results.csv"),
-        headroom_core::eval::results_csv(&evaluation.report).as_bytes(),
-    )?;
-    let json = serde_json::to_string_pretty(&evaluation.report)?;
+    let json = serde_json::to_string_pretty(report)?;
     write_file(&out.join("results.json"), json.as_bytes())
 }
 

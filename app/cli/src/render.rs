@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use headroom_core::events::{
-    DatasetReport, DryRunReport, EvaluationReport, Event, RecoveryReport, RunInfo,
+    DatasetReport, DryRunReport, EvaluationReport, Event, RecoveryReport, Results, RunInfo,
 };
 use headroom_core::plan::Breakdown;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -125,6 +125,7 @@ impl ProgressRenderer {
             }
             Event::MemoryCleanup { .. } => {}
             Event::Evaluation(report) => self.say(describe_evaluation(report)),
+            Event::Results(results) => self.say(describe_results(results)),
             Event::Finished {
                 step,
                 total_steps,
@@ -290,6 +291,27 @@ pub fn describe_evaluation(report: &EvaluationReport) -> String {
     lines.join("\n")
 }
 
+/// A task's own figures: a row per split or group, a column per measure.
+pub fn describe_results(results: &Results) -> String {
+    let mut lines = vec![results.about.clone()];
+    let mut header = format!("{:<14} {:>8}", "", "examples");
+    for measure in &results.measures {
+        header.push_str(&format!(" {measure:>9}"));
+    }
+    lines.push(header);
+    for row in &results.rows {
+        let mut line = format!("{:<14} {:>8}", row.label, row.examples);
+        for value in &row.values {
+            line.push_str(&format!(" {value:>9.4}"));
+        }
+        lines.push(line);
+    }
+    if !results.skipped.is_empty() {
+        lines.push(describe_skipped(&results.skipped));
+    }
+    lines.join("\n")
+}
+
 /// The files left out by --on-bad-file skip, each with its problem.
 pub fn describe_skipped(skipped: &[String]) -> String {
     let mut lines = vec![format!("Skipped {} bad file(s):", skipped.len())];
@@ -339,4 +361,38 @@ pub fn describe_breakdown(b: &Breakdown) -> String {
         mib(b.resident),
         mib(b.free),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::events::ResultsRow;
+
+    #[test]
+    fn a_tasks_results_are_a_row_per_split_and_a_column_per_measure() {
+        let results = Results {
+            about: "greedy decoding of the held-out splits".into(),
+            measures: vec!["CER".into(), "WER".into()],
+            rows: vec![
+                ResultsRow {
+                    label: "validation".into(),
+                    examples: 8,
+                    values: vec![0.25, 0.5],
+                },
+                ResultsRow {
+                    label: "test".into(),
+                    examples: 120,
+                    values: vec![0.125, 0.375],
+                },
+            ],
+            skipped: vec!["a.flac: empty transcript".into()],
+        };
+        let text = describe_results(&results);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "greedy decoding of the held-out splits");
+        assert_eq!(lines[1], "               examples       CER       WER");
+        assert_eq!(lines[2], "validation            8    0.2500    0.5000");
+        assert_eq!(lines[3], "test                120    0.1250    0.3750");
+        assert_eq!(lines[4], "Skipped 1 bad file(s):");
+    }
 }

@@ -128,7 +128,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     trainer.run(&mut emit)?;
     if !args.no_eval {
         let evaluation = trainer.evaluate().context("cannot score the test split")?;
-        emit(Event::Evaluation(evaluation.report));
+        emit(evaluation.event());
     }
     Ok(())
 }

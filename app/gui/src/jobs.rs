@@ -135,7 +135,7 @@ pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, contr
             let mut sink = move |event: Event| events.send(Message::Event(event));
             trainer.run(&mut sink).map_err(|e| e.to_string())?;
             let evaluation = trainer.evaluate().map_err(|e| e.to_string())?;
-            outbox.send(Message::Event(Event::Evaluation(evaluation.report.clone())));
+            outbox.send(Message::Event(evaluation.event()));
             outbox.send(Message::Evaluated(Box::new(evaluation)));
             Ok(())
         })();

@@ -1,6 +1,7 @@
-//! The loss curves as both front-ends draw them: the train loss per step, the validation
-//! losses, and a line at each step redone after running out of memory; on a log axis when the
-//! losses span more than a decade, with ticks far enough apart to label each.
+//! The loss curves as both front-ends draw them: the train loss per step (and each further
+//! phase's, for a task of several), the validation losses, and a line at each step redone
+//! after running out of memory; on a log axis when the losses span more than a decade, with
+//! ticks far enough apart to label each.
 
 use std::ops::RangeInclusive;
 
@@ -17,6 +18,11 @@ const VALIDATION_COLOR: Color32 = Color32::from_rgb(240, 130, 30);
 /// Draws the session's loss curves, `height` points tall.
 pub fn show(ui: &mut egui::Ui, session: &Session, height: f32) {
     let losses = LossPlot::new(&session.loss, &session.validation);
+    let phases: Vec<(&str, Vec<[f64; 2]>)> = session
+        .phase_losses
+        .iter()
+        .map(|(name, points)| (name.as_str(), losses.plotted(points)))
+        .collect();
     let log_scale = losses.log_scale;
     let plot = egui_plot::Plot::new("loss")
         .height(height)
@@ -35,6 +41,9 @@ pub fn show(ui: &mut egui::Ui, session: &Session, height: f32) {
     };
     plot.show(ui, |plot| {
         plot.line(egui_plot::Line::new("train loss", losses.train).color(TRAIN_COLOR));
+        for (name, points) in phases {
+            plot.line(egui_plot::Line::new(format!("{name} loss"), points));
+        }
         plot.line(
             egui_plot::Line::new("validation loss", losses.validation.clone())
                 .color(VALIDATION_COLOR),
@@ -78,18 +87,23 @@ impl LossPlot {
     /// From (step, loss) pairs of the train and the validation losses.
     pub fn new(train: &[[f64; 2]], validation: &[[f64; 2]]) -> Self {
         let log_scale = wants_log_scale(train.iter().chain(validation).map(|p| p[1]));
-        let plotted = |points: &[[f64; 2]]| -> Vec<[f64; 2]> {
-            points
-                .iter()
-                .filter(|p| p[0].is_finite() && p[1].is_finite())
-                .map(|&[step, loss]| [step, if log_scale { loss.log10() } else { loss }])
-                .collect()
-        };
-        Self {
+        let mut plot = Self {
             log_scale,
-            train: plotted(train),
-            validation: plotted(validation),
-        }
+            train: Vec::new(),
+            validation: Vec::new(),
+        };
+        plot.train = plot.plotted(train);
+        plot.validation = plot.plotted(validation);
+        plot
+    }
+
+    /// (step, loss) points as this plot draws them, those that cannot be drawn left out.
+    pub fn plotted(&self, points: &[[f64; 2]]) -> Vec<[f64; 2]> {
+        points
+            .iter()
+            .filter(|p| p[0].is_finite() && p[1].is_finite())
+            .map(|&[step, loss]| [step, if self.log_scale { loss.log10() } else { loss }])
+            .collect()
     }
 }
 

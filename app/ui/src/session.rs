@@ -3,7 +3,7 @@
 
 use web_time::Instant;
 
-use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, RunInfo};
+use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, Results, RunInfo};
 
 /// One memory reading of a step, for the bars and their history.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,12 +36,17 @@ pub struct Session {
     pub budget: Option<u64>,
     /// (step, loss) of every step.
     pub loss: Vec<[f64; 2]>,
+    /// For a task of several phases, each phase after the first by name, with its (step,
+    /// loss) of every step; the first phase's is `loss`.
+    pub phase_losses: Vec<(String, Vec<[f64; 2]>)>,
     pub throughput: Vec<[f64; 2]>,
     pub validation: Vec<[f64; 2]>,
     pub memory: Vec<MemorySample>,
     /// Steps redone after running out of memory: (step, from micro-batch, to micro-batch).
     pub recoveries: Vec<(u64, usize, usize)>,
     pub evaluation: Option<EvaluationReport>,
+    /// A task's own figures, when it is not the patch task.
+    pub results: Option<Results>,
     pub checkpoints: Vec<String>,
     /// Everything that happened, in words, newest last.
     pub log: Vec<String>,
@@ -63,11 +68,13 @@ impl Default for Session {
             plan: None,
             budget: None,
             loss: Vec::new(),
+            phase_losses: Vec::new(),
             throughput: Vec::new(),
             validation: Vec::new(),
             memory: Vec::new(),
             recoveries: Vec::new(),
             evaluation: None,
+            results: None,
             checkpoints: Vec::new(),
             log: Vec::new(),
             error: None,
@@ -174,6 +181,20 @@ impl Session {
             Event::Step(s) => {
                 let step = s.step as f64;
                 self.loss.push([step, s.loss]);
+                for phase in s.phases.iter().skip(1) {
+                    let at = match self
+                        .phase_losses
+                        .iter()
+                        .position(|(n, _)| *n == phase.phase)
+                    {
+                        Some(at) => at,
+                        None => {
+                            self.phase_losses.push((phase.phase.clone(), Vec::new()));
+                            self.phase_losses.len() - 1
+                        }
+                    };
+                    self.phase_losses[at].1.push([step, phase.loss]);
+                }
                 self.throughput.push([step, s.patches_per_s]);
                 self.memory.push(MemorySample {
                     step: s.step,
@@ -206,6 +227,15 @@ impl Session {
                     report.auc, report.pauc, report.clips
                 ));
                 self.evaluation = Some(report.clone());
+            }
+            Event::Results(results) => {
+                let headline = results
+                    .headline()
+                    .map(|(measure, value)| format!(": {measure} {value:.4}"))
+                    .unwrap_or_default();
+                self.log
+                    .push(format!("results{headline} ({})", results.about));
+                self.results = Some(results.clone());
             }
             Event::Finished {
                 step,
@@ -257,6 +287,7 @@ mod tests {
             mem_peak_bytes: 60 << 20,
             mem_reserved_bytes: None,
             mem_budget_bytes: Some(1 << 30),
+            phases: Vec::new(),
         })
     }
 
@@ -270,6 +301,50 @@ mod tests {
         let latest = session.latest_memory().unwrap();
         assert_eq!((latest.allocated, latest.peak), (10 << 20, 60 << 20));
         assert_eq!(latest.budget, Some(1 << 30));
+    }
+
+    #[test]
+    fn each_further_phase_of_a_step_gets_its_own_curve() {
+        let mut session = Session::starting();
+        for (at, (first, second)) in [(0.9, 2.0), (0.8, 1.5)].into_iter().enumerate() {
+            let Event::Step(mut report) = step(at as u64 + 1, first) else {
+                unreachable!()
+            };
+            report.phases = [("discriminator", first), ("generator", second)]
+                .map(|(phase, loss)| headroom_core::events::PhaseReport {
+                    phase: phase.into(),
+                    loss,
+                    grad_norm: 1.0,
+                })
+                .to_vec();
+            session.apply(&Event::Step(report));
+        }
+        assert_eq!(session.loss, vec![[1.0, 0.9], [2.0, 0.8]]);
+        assert_eq!(
+            session.phase_losses,
+            vec![("generator".to_string(), vec![[1.0, 2.0], [2.0, 1.5]])]
+        );
+    }
+
+    #[test]
+    fn a_tasks_own_results_are_kept_and_said_in_the_log() {
+        let mut session = Session::starting();
+        session.apply(&Event::Results(headroom_core::events::Results {
+            about: "greedy decoding".into(),
+            measures: vec!["CER".into(), "WER".into()],
+            rows: vec![headroom_core::events::ResultsRow {
+                label: "test".into(),
+                examples: 12,
+                values: vec![0.125, 0.25],
+            }],
+            skipped: Vec::new(),
+        }));
+        assert_eq!(session.results.as_ref().map(|r| r.rows.len()), Some(1));
+        assert!(session.evaluation.is_none());
+        assert_eq!(
+            session.log.last().map(String::as_str),
+            Some("results: CER 0.1250 (greedy decoding)")
+        );
     }
 
     #[test]

@@ -7,7 +7,6 @@ use headroom_core::budget::Budget;
 use headroom_core::budget::{BudgetSource, ResolvedBudget};
 use headroom_core::checkpoint::CheckpointFiles;
 use headroom_core::data::LoaderOptions;
-use headroom_core::eval::results_csv;
 use headroom_core::events::Event;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::setting::Described;
@@ -139,9 +138,9 @@ pub async fn train(
     if settings.eval && !STOPPED.load(Ordering::Relaxed) {
         let evaluation = trainer.evaluate_async().await.map_err(in_keys)?;
         // trainer-cli's results.csv (`eval --out`).
-        let csv = results_csv(&evaluation.report);
+        let csv = evaluation.csv();
         page.offer("results.csv", &JsValue::from_str(&csv));
-        sink(Event::Evaluation(evaluation.report));
+        sink(evaluation.event());
     }
     Ok(())
 }

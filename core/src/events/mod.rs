@@ -2,11 +2,13 @@
 //! `event` tag, one JSON object per event; the field names are a stable interface.
 
 pub mod planned;
+pub mod results;
 
 use serde::{Deserialize, Serialize};
 
 use crate::memory::MemorySource;
 use planned::{Breakdown, Plan, StepMeasurement};
+pub use results::{Results, ResultsRow};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -44,6 +46,8 @@ pub enum Event {
     MemoryCleanup { step: u64 },
     /// Anomaly scores of the test split.
     Evaluation(EvaluationReport),
+    /// What a kind of training other than the patch task measured on held-out data.
+    Results(Results),
     /// Training stopped: finished, or asked to stop.
     Finished {
         step: u64,
@@ -147,6 +151,18 @@ pub struct StepReport {
     pub mem_reserved_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mem_budget_bytes: Option<u64>,
+    /// Each phase's figures, in the task's order, for a task of several phases (a GAN's
+    /// discriminator and generator); `loss` and `grad_norm` above are the first phase's.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub phases: Vec<PhaseReport>,
+}
+
+/// One phase of a step: the network it trained, its loss and gradient norm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    pub phase: String,
+    pub loss: f64,
+    pub grad_norm: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,6 +264,7 @@ mod tests {
             mem_peak_bytes: 2,
             mem_reserved_bytes: None,
             mem_budget_bytes: None,
+            phases: Vec::new(),
         });
         let json: serde_json::Value = serde_json::to_value(&event).unwrap();
         for key in [

@@ -38,7 +38,7 @@ use crate::budget::Budget;
 use crate::checkpoint::CheckpointError;
 use crate::data::{DataError, LoaderOptions, Normalization};
 use crate::eval::{self, ClipScore};
-use crate::events::{EvaluationReport, Event};
+use crate::events::{EvaluationReport, Event, Results};
 use crate::memory::MemoryMeter;
 use crate::model::{ModelError, SpectrogramModel};
 use crate::plan::{Calibration, Plan, Planning, PlanningError, ReadAhead};
@@ -177,11 +177,43 @@ pub struct RunOptions {
     pub loader: LoaderOptions,
 }
 
-/// Scores of the test split: per clip, and AUC/pAUC per machine type and ID.
+/// What a run is measured by on held-out data ([`RunTask::evaluate`]).
 #[derive(Debug, Clone)]
-pub struct Evaluation {
-    pub report: EvaluationReport,
-    pub scores: Vec<ClipScore>,
+pub enum Evaluation {
+    /// The patch task's: each test clip's anomaly score, and AUC/pAUC per machine type and
+    /// ID.
+    Anomaly {
+        report: EvaluationReport,
+        scores: Vec<ClipScore>,
+    },
+    /// Any other task's figures.
+    Results(Results),
+}
+
+impl Evaluation {
+    /// The event that reports it.
+    pub fn event(&self) -> Event {
+        match self {
+            Evaluation::Anomaly { report, .. } => Event::Evaluation(report.clone()),
+            Evaluation::Results(results) => Event::Results(results.clone()),
+        }
+    }
+
+    /// `results.csv`, as `trainer-cli eval --out` writes it and the page offers it.
+    pub fn csv(&self) -> String {
+        match self {
+            Evaluation::Anomaly { report, .. } => eval::results_csv(report),
+            Evaluation::Results(results) => results.csv(),
+        }
+    }
+
+    /// The anomaly report, when the run scored anomalies.
+    pub fn anomaly(&self) -> Option<&EvaluationReport> {
+        match self {
+            Evaluation::Anomaly { report, .. } => Some(report),
+            Evaluation::Results(_) => None,
+        }
+    }
 }
 
 /// Whether a periodic action with period `n` (0: never) falls on `step`.

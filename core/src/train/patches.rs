@@ -138,7 +138,7 @@ impl<C: ModelConfig> RunTask for C {
             .await?;
             let mut report = eval::report(&scores);
             report.skipped = skipped;
-            Ok(Evaluation { report, scores })
+            Ok(Evaluation::Anomaly { report, scores })
         })
     }
 }

@@ -4,7 +4,7 @@
 use web_time::Instant;
 
 use crate::budget::Budget;
-use crate::events::{Event, EventSink, StepReport};
+use crate::events::{Event, EventSink, PhaseReport, StepReport};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 use crate::step;
@@ -150,6 +150,19 @@ impl<T: RunTask> TaskTrainer<T> {
                 loss: phase.loss,
             });
         }
+        // One phase: its figures are the step's; several: each is reported beside them.
+        let phases = match self.task.phases() {
+            [_] => Vec::new(),
+            names => names
+                .iter()
+                .zip(&outcome.phases)
+                .map(|(name, phase)| PhaseReport {
+                    phase: (*name).to_string(),
+                    loss: phase.loss,
+                    grad_norm: phase.grad_norm,
+                })
+                .collect(),
+        };
         let outcome = outcome.first();
         self.networks = networks;
         self.step += 1;
@@ -171,6 +184,7 @@ impl<T: RunTask> TaskTrainer<T> {
             mem_peak_bytes: memory.peak_bytes,
             mem_reserved_bytes: memory.reserved_bytes,
             mem_budget_bytes: self.meter.budget().and_then(Budget::bytes),
+            phases,
         })
     }
 

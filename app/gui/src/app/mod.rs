@@ -322,11 +322,7 @@ impl HeadroomApp {
 }
 
 /// The results table as `trainer-cli eval` writes results.csv.
-pub fn export_csv(
-    report: &headroom_core::events::EvaluationReport,
-    path: &Path,
-) -> std::io::Result<()> {
-    let csv = headroom_core::eval::results_csv(report);
+pub fn export_csv(csv: &str, path: &Path) -> std::io::Result<()> {
     headroom_datasets::error::write_atomically(path, |w| {
         std::io::Write::write_all(w, csv.as_bytes())
     })

@@ -49,6 +49,9 @@ impl PageUi {
             ui.label(format!("Anomaly scores of {} test clips", report.clips));
             results_table::show(ui, report);
         }
+        if let Some(results) = &self.session.results {
+            results_table::show_results(ui, results);
+        }
         self.files_row(ui, &mut actions);
         event_log::show(ui, &self.session, false);
         actions

@@ -16,8 +16,7 @@ use super::{RunTask, TaskData};
 use crate::backend::BackendKind;
 use crate::config::{RunLength, TrainConfig};
 use crate::data::{LoaderOptions, Normalization};
-use crate::eval::{self, ClipScore};
-use crate::events::{DatasetReport, Event};
+use crate::events::{DatasetReport, Event, Results, ResultsRow};
 use crate::model::{AnalyticStep, DefaultBatch, ModelSpec, NamedConfig, StepLoss};
 use crate::plan::{Fixed, Planning, ReadAhead};
 use crate::precision::Precision;
@@ -226,37 +225,34 @@ impl RunTask for SequenceMean {
         })
     }
 
-    /// Each test sequence's squared error as its score.
+    /// The mean squared error on the validation and test splits.
     fn evaluate<'a>(
         &'a self,
         networks: &'a EncoderAndHead,
         data: &'a SequenceData,
         device: &'a Device,
         _: usize,
-        _: Vec<String>,
+        skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {
-            let all: Vec<&Sequence> = data.test.iter().collect();
-            let errors = Self::errors(
-                &networks.valid(),
-                Padded::of(&all, data.normalization, device),
-            );
-            let errors = readback::floats(errors).await?;
-            let scores: Vec<ClipScore> = errors
-                .iter()
-                .enumerate()
-                .map(|(i, &score)| ClipScore {
-                    machine_type: "sequences".into(),
-                    machine_id: 0,
-                    name: format!("sequence {i}"),
-                    label: None,
-                    score: f64::from(score),
-                })
-                .collect();
-            Ok(Evaluation {
-                report: eval::report(&scores),
-                scores,
-            })
+            let networks = networks.valid();
+            let mut rows = Vec::new();
+            for (label, split) in [("validation", &data.validation), ("test", &data.test)] {
+                let all: Vec<&Sequence> = split.iter().collect();
+                let batch = Padded::of(&all, data.normalization, device);
+                let mean = readback::scalar(Self::errors(&networks, batch).mean()).await?;
+                rows.push(ResultsRow {
+                    label: label.into(),
+                    examples: split.len(),
+                    values: vec![f64::from(mean)],
+                });
+            }
+            Ok(Evaluation::Results(Results {
+                about: "mean squared error of each sequence's predicted target".into(),
+                measures: vec!["MSE".into()],
+                rows,
+                skipped,
+            }))
         })
     }
 }
@@ -380,11 +376,17 @@ fn a_task_of_its_own_trains_and_resumes_exactly_through_the_loop() {
         losses[2] < 0.5 * losses[0],
         "the sequence task learns: validation losses {losses:?}"
     );
-    let steps = events
+    let steps: Vec<_> = events
         .iter()
-        .filter(|e| matches!(e, Event::Step(_)))
-        .count();
-    assert_eq!(steps, 30);
+        .filter_map(|e| match e {
+            Event::Step(step) => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 30);
+    let phases: Vec<&str> = steps[0].phases.iter().map(|p| p.phase.as_str()).collect();
+    assert_eq!(phases, ["encoder", "head"], "each phase is reported");
+    assert_eq!(steps[0].phases[0].loss, steps[0].loss);
 
     // The same run stopped after 12 steps and continued from its checkpoint.
     let dir = tempfile::tempdir().unwrap();
@@ -407,10 +409,16 @@ fn a_task_of_its_own_trains_and_resumes_exactly_through_the_loop() {
         crate::model::flat_parameters(whole.model()),
         "a resumed run ends where the uninterrupted one does"
     );
-    assert_eq!(
-        resumed.evaluate().unwrap().scores.len(),
-        8,
-        "every test sequence is scored"
+    let Evaluation::Results(results) = resumed.evaluate().unwrap() else {
+        panic!("the sequence task reports its own results")
+    };
+    let test = &results.rows[1];
+    assert_eq!((test.label.as_str(), test.examples), ("test", 8));
+    assert!(
+        test.values[0] < losses[0],
+        "the test error ({}) is below the first validation loss ({})",
+        test.values[0],
+        losses[0]
     );
 }
 
