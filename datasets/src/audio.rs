@@ -1,6 +1,6 @@
-//! WAV files in and out: decoding (integer PCM and float, any channel count mixed down to
-//! mono as librosa's `mono=True` does), resampling, and writing 16-bit PCM as the DCASE
-//! recordings are.
+//! Audio files in and out: WAV and FLAC decoding (integer PCM and float, any channel count
+//! mixed down to mono as librosa's `mono=True` does), resampling, and writing 16-bit PCM WAV
+//! as the DCASE recordings are.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -22,6 +22,88 @@ pub struct Audio {
 pub fn read_wav(path: &Path) -> Result<Audio, FileError> {
     let bytes = std::fs::read(path).map_err(|e| FileError::new(path, e.into()))?;
     decode_wav(&bytes).map_err(|p| FileError::new(path, p))
+}
+
+/// Reads and decodes a WAV or FLAC file, by its extension (`.flac`: FLAC; any other: WAV).
+pub fn read_audio(path: &Path) -> Result<Audio, FileError> {
+    let is_flac = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("flac"));
+    if !is_flac {
+        return read_wav(path);
+    }
+    let bytes = std::fs::read(path).map_err(|e| FileError::new(path, e.into()))?;
+    decode_flac(&bytes).map_err(|p| FileError::new(path, p))
+}
+
+/// The longest audio a FLAC file without a sample count in its header may decode to: a
+/// corrupt file of constant blocks can promise thousands of samples per byte.
+const FLAC_MAX_SECONDS: u64 = 3 * 3600;
+
+/// Decodes a whole FLAC file held in memory. Decoding stops with an error where the file
+/// decodes to more samples than its header promises (or, with no count there, more than
+/// three hours), so a corrupt file cannot fill memory; a file that ends before its promised
+/// count is truncated.
+pub fn decode_flac(bytes: &[u8]) -> Result<Audio, FileProblem> {
+    let mut reader = claxon::FlacReader::new(Cursor::new(bytes)).map_err(flac_problem)?;
+    let info = reader.streaminfo();
+    let channels = info.channels as usize;
+    if channels == 0 {
+        return Err(FileProblem::Flac("the header gives 0 channels".into()));
+    }
+    let limit = info
+        .samples
+        .unwrap_or(FLAC_MAX_SECONDS * u64::from(info.sample_rate))
+        .saturating_mul(channels as u64);
+    let scale = 1.0 / (1u64 << (info.bits_per_sample.clamp(1, 32) - 1)) as f32;
+    // Reserved from what the file can hold at most uncompressed-like ratios, not from the
+    // header, which a corrupt file may inflate.
+    let mut interleaved = Vec::with_capacity((limit as usize).min(bytes.len() * 4));
+    for sample in reader.samples() {
+        if interleaved.len() as u64 >= limit {
+            return Err(FileProblem::Flac(format!(
+                "it decodes to more than the {} samples per channel its header promises",
+                limit / channels as u64
+            )));
+        }
+        interleaved.push(sample.map_err(flac_problem)? as f32 * scale);
+    }
+    if let Some(promised) = info.samples
+        && (interleaved.len() as u64) < promised * channels as u64
+    {
+        return Err(FileProblem::Flac(format!(
+            "truncated: its header promises {promised} samples per channel but only {}              follow; the file was cut short (copy it again or remove it)",
+            interleaved.len() / channels
+        )));
+    }
+    if interleaved.len() < channels {
+        return Err(FileProblem::Empty);
+    }
+    check_finite(&interleaved)?;
+    Ok(Audio {
+        sample_rate: info.sample_rate,
+        samples: mix_down(interleaved, channels),
+    })
+}
+
+fn flac_problem(error: claxon::Error) -> FileProblem {
+    match error {
+        claxon::Error::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            FileProblem::Flac("the file ends inside a header or a frame; it was cut short".into())
+        }
+        other => FileProblem::Flac(other.to_string()),
+    }
+}
+
+/// Interleaved samples of `channels` channels as their mean per frame.
+fn mix_down(interleaved: Vec<f32>, channels: usize) -> Vec<f32> {
+    if channels == 1 {
+        return interleaved;
+    }
+    interleaved
+        .chunks_exact(channels)
+        .map(|frame| frame.iter().sum::<f32>() / channels as f32)
+        .collect()
 }
 
 /// Decodes a whole WAV file held in memory. The header's sample count is checked against
@@ -63,17 +145,9 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Audio, FileProblem> {
         }
     }
     check_finite(&interleaved)?;
-    let samples = if channels == 1 {
-        interleaved
-    } else {
-        interleaved
-            .chunks_exact(channels)
-            .map(|frame| frame.iter().sum::<f32>() / channels as f32)
-            .collect()
-    };
     Ok(Audio {
         sample_rate: spec.sample_rate,
-        samples,
+        samples: mix_down(interleaved, channels),
     })
 }
 
@@ -284,5 +358,42 @@ pub(crate) mod tests {
             missing.to_string().contains("gone.wav: cannot read it"),
             "{missing}"
         );
+    }
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/")).join(name)
+    }
+
+    /// `tests/fixtures/tone_stereo.{flac,wav}` hold the same 16-bit stereo samples
+    /// (`make_flac_fixture.py`): FLAC decodes to exactly what WAV does, mixed down alike.
+    #[test]
+    fn flac_decodes_to_the_samples_wav_holds() {
+        let flac = read_audio(&fixture("tone_stereo.flac")).unwrap();
+        let wav = read_audio(&fixture("tone_stereo.wav")).unwrap();
+        assert_eq!(flac.sample_rate, 22_050);
+        assert_eq!(
+            flac.samples.len(),
+            6_615,
+            "0.3 s, mixed down to one channel"
+        );
+        assert_eq!(flac, wav);
+    }
+
+    #[test]
+    fn a_cut_or_foreign_flac_file_is_refused_with_its_reason() {
+        let bytes = std::fs::read(fixture("tone_stereo.flac")).unwrap();
+        for cut in [bytes.len() / 2, bytes.len() - 3] {
+            let problem = decode_flac(&bytes[..cut]).unwrap_err().to_string();
+            assert!(
+                problem.contains("cut short"),
+                "cut at {cut} of {}: {problem}",
+                bytes.len()
+            );
+        }
+        let wav = std::fs::read(fixture("tone_stereo.wav")).unwrap();
+        let problem = decode_flac(&wav).unwrap_err();
+        assert!(matches!(problem, FileProblem::Flac(_)), "{problem}");
+        let problem = read_audio(&fixture("gone.flac")).unwrap_err().to_string();
+        assert!(problem.contains("gone.flac: cannot read it"), "{problem}");
     }
 }

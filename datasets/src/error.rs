@@ -27,6 +27,8 @@ pub enum FileProblem {
     Io(#[from] std::io::Error),
     #[error("not a WAV file this reader understands ({0})")]
     Wav(String),
+    #[error("not a FLAC file this reader understands ({0})")]
+    Flac(String),
     #[error("not a .npy file this reader understands ({0})")]
     Npy(String),
     #[error(

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use headroom_datasets::audio::decode_wav;
+use headroom_datasets::audio::{decode_flac, decode_wav};
 use headroom_datasets::npy::decode_npy;
 
 /// Counts live bytes and their high-water mark, so a test can see what a decode asked for.
@@ -123,5 +123,21 @@ fn npy_inputs_that_crashed_once_and_truncations_are_errors_not_panics() {
             cut.len(),
             whole.len()
         );
+    }
+}
+
+/// Every truncation of a FLAC file is an error (FLAC's header gives its sample count), within
+/// the same memory bound as the other decoders.
+#[test]
+fn flac_inputs_that_crashed_once_and_truncations_are_errors_not_panics() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, bytes) in cases("flac") {
+        assert_rejected_within_bounds(&name, &bytes, decode_flac);
+    }
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tone_stereo.flac");
+    let whole = std::fs::read(fixture).unwrap();
+    assert!(decode_flac(&whole).is_ok());
+    for cut in prefixes(&whole) {
+        assert_rejected_within_bounds(&format!("{} bytes", cut.len()), cut, decode_flac);
     }
 }
