@@ -29,6 +29,10 @@ pub enum FileProblem {
     Wav(String),
     #[error("not a FLAC file this reader understands ({0})")]
     Flac(String),
+    /// A line of a listing (a manifest, a LibriSpeech transcript file) that cannot be an
+    /// utterance.
+    #[error("{0}")]
+    Listing(String),
     #[error("not a .npy file this reader understands ({0})")]
     Npy(String),
     #[error(

@@ -1,5 +1,6 @@
 //! Spectrogram data for Headroom: WAV and `.npy` files in the DCASE 2020 Task 2 layout,
-//! the log-mel frontend, the built-in synthetic machine-sound dataset, patching, and the
+//! speech corpora (manifests, the LibriSpeech layout, FLAC, a character vocabulary), the
+//! log-mel frontend, the built-in synthetic machine-sound dataset, patching, and the
 //! read-ahead that streams clips from disk. Host-side only: nothing here knows about
 //! tensors or devices, so the engine decides when a batch goes to the device.
 
@@ -15,6 +16,7 @@ pub mod patch;
 pub mod prefetch;
 pub mod reader;
 pub mod spectrogram;
+pub mod speech;
 pub mod store;
 pub mod synthetic;
 
