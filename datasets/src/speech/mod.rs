@@ -6,6 +6,7 @@
 
 pub mod librispeech;
 pub mod manifest;
+pub mod synthetic;
 pub mod vocab;
 
 use std::path::PathBuf;
