@@ -1,4 +1,4 @@
-//! Detection metrics over anomaly scores.
+//! Detection metrics over anomaly scores, and transcription error rates.
 
 /// Area under the ROC curve: the probability that a random anomalous clip scores above a
 /// random normal one, ties counting half, as scikit-learn's `roc_auc_score` gives (the
@@ -65,6 +65,46 @@ pub fn partial_auc(normal: &[f64], anomalous: &[f64], max_fpr: f64) -> Option<f6
     }
     let (min_area, max_area) = (0.5 * max_fpr * max_fpr, max_fpr);
     Some(0.5 * (1.0 + (area - min_area) / (max_area - min_area)))
+}
+
+/// Errors of a set of transcriptions against their references, as ASR toolkits count them:
+/// the edit distance (substitutions, deletions, insertions) summed over utterances, over
+/// the references' length summed. Counts accumulate utterance by utterance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorCount {
+    pub edits: usize,
+    pub reference: usize,
+}
+
+impl ErrorCount {
+    /// Character errors of `hypothesis` against `reference` (spaces are characters).
+    pub fn characters(reference: &str, hypothesis: &str) -> Self {
+        Self {
+            edits: strsim::levenshtein(reference, hypothesis),
+            reference: reference.chars().count(),
+        }
+    }
+
+    /// Word errors, words split at white space.
+    pub fn words(reference: &str, hypothesis: &str) -> Self {
+        let reference: Vec<&str> = reference.split_whitespace().collect();
+        let hypothesis: Vec<&str> = hypothesis.split_whitespace().collect();
+        Self {
+            edits: strsim::generic_levenshtein(&reference, &hypothesis),
+            reference: reference.len(),
+        }
+    }
+
+    pub fn add(&mut self, other: Self) {
+        self.edits += other.edits;
+        self.reference += other.reference;
+    }
+
+    /// Edits per reference unit (CER or WER); `None` with no reference at all. Above 1 where
+    /// the hypotheses insert more than the references hold.
+    pub fn rate(&self) -> Option<f64> {
+        (self.reference > 0).then(|| self.edits as f64 / self.reference as f64)
+    }
 }
 
 #[cfg(test)]
@@ -140,5 +180,29 @@ mod tests {
         }
         let expected = wins / (normal.len() * anomalous.len()) as f64;
         assert!((roc_auc(&normal, &anomalous).unwrap() - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn error_rates_count_edits_over_the_references_length() {
+        let mut cer = ErrorCount::characters("THE CAT", "THE BAT");
+        assert_eq!(
+            cer,
+            ErrorCount {
+                edits: 1,
+                reference: 7
+            }
+        );
+        cer.add(ErrorCount::characters("DOG", "DOGS"));
+        assert_eq!(cer.rate(), Some(2.0 / 10.0));
+        let wer = ErrorCount::words("the cat sat down", "the sat down now");
+        assert_eq!(
+            wer,
+            ErrorCount {
+                edits: 2,
+                reference: 4
+            }
+        );
+        assert_eq!(ErrorCount::words("", "").rate(), None);
+        assert_eq!(ErrorCount::characters("AB", "").rate(), Some(1.0));
     }
 }
