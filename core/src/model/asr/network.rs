@@ -1,0 +1,238 @@
+//! The recogniser's networks and its joint CTC/attention loss.
+
+use burn::module::Module;
+use burn::nn::attention::generate_autoregressive_mask;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::loss::CTCLossConfig;
+use burn::nn::transformer::{
+    TransformerDecoder, TransformerDecoderConfig, TransformerDecoderInput, TransformerEncoder,
+    TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{
+    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+    PositionalEncoding, PositionalEncodingConfig,
+};
+use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use super::AsrShape;
+
+/// Longest sequence the positional encodings cover, in encoder frames or characters:
+/// 40,000 input frames (400 s at a 10 ms hop) after subsampling.
+const MAX_POSITIONS: usize = 10_000;
+
+/// A micro-batch of utterances: log-mel frames padded to the longest, and each one's
+/// transcript as tokens.
+#[derive(Debug, Clone)]
+pub struct Utterances {
+    /// `[n, frames, mels]`, zero past each utterance's own frames.
+    pub features: Tensor<3>,
+    /// Each utterance's frames.
+    pub frames: Vec<usize>,
+    /// Each utterance's transcript as vocabulary tokens (no special token).
+    pub tokens: Vec<Vec<usize>>,
+}
+
+impl Utterances {
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+}
+
+/// The encoder, the CTC head and the attention decoder, as one module.
+#[derive(Module, Debug)]
+pub struct AsrNetworks {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    project: Linear,
+    positions: PositionalEncoding,
+    encoder: TransformerEncoder,
+    encoder_norm: LayerNorm,
+    ctc_head: Linear,
+    embedding: Embedding,
+    decoder: TransformerDecoder,
+    decoder_norm: LayerNorm,
+    output: Linear,
+}
+
+/// What the loss is made of, each a mean over the micro-batch's utterances.
+pub struct AsrLoss {
+    /// `ctc_weight` x CTC + (1 - `ctc_weight`) x the decoder's cross-entropy.
+    pub total: Tensor<1>,
+    /// The CTC loss alone (per utterance, PyTorch's `mean` reduction).
+    pub ctc: Tensor<1>,
+}
+
+impl AsrNetworks {
+    pub fn new(shape: AsrShape, mels: usize, vocabulary: usize, device: &Device) -> Self {
+        let (d, c) = (shape.d_model, shape.conv_channels);
+        let conv = |channels| Conv2dConfig::new(channels, [3, 3]).with_stride([2, 2]);
+        Self {
+            conv1: conv([1, c]).init(device),
+            conv2: conv([c, c]).init(device),
+            project: LinearConfig::new(c * AsrShape::subsampled(mels), d).init(device),
+            positions: PositionalEncodingConfig::new(d)
+                .with_max_sequence_size(MAX_POSITIONS)
+                .init(device),
+            encoder: TransformerEncoderConfig::new(
+                d,
+                shape.feed_forward,
+                shape.heads,
+                shape.encoder_layers,
+            )
+            .with_norm_first(true)
+            .init(device),
+            encoder_norm: LayerNormConfig::new(d).init(device),
+            ctc_head: LinearConfig::new(d, vocabulary).init(device),
+            embedding: EmbeddingConfig::new(vocabulary, d).init(device),
+            decoder: TransformerDecoderConfig::new(
+                d,
+                shape.feed_forward,
+                shape.heads,
+                shape.decoder_layers,
+            )
+            .with_norm_first(true)
+            .init(device),
+            decoder_norm: LayerNormConfig::new(d).init(device),
+            output: LinearConfig::new(d, vocabulary).init(device),
+        }
+    }
+
+    /// The encoder's output `[n, frames / 4, d_model]` and each utterance's encoder frames.
+    pub fn encode(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<3>, Vec<usize>) {
+        let [n, length, mels] = features.dims();
+        let x = features.reshape([n, 1, length, mels]);
+        let x = relu(self.conv2.forward(relu(self.conv1.forward(x))));
+        let [_, channels, steps, bands] = x.dims();
+        let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);
+        let x = self.positions.forward(self.project.forward(x));
+        let lengths: Vec<usize> = frames
+            .iter()
+            .map(|&f| AsrShape::subsampled(f).clamp(1, steps))
+            .collect();
+        let padding = padding_mask(&lengths, steps, &x.device());
+        let encoded = self
+            .encoder
+            .forward(TransformerEncoderInput::new(x).mask_pad(padding));
+        (self.encoder_norm.forward(encoded), lengths)
+    }
+
+    /// CTC's log-probabilities per encoder frame, `[n, frames, vocabulary]`.
+    pub fn ctc_log_probs(&self, encoded: Tensor<3>) -> Tensor<3> {
+        log_softmax(self.ctc_head.forward(encoded), 2)
+    }
+
+    /// The joint loss of a micro-batch (`boundary`: the start/end token).
+    pub fn loss(&self, batch: Utterances, ctc_weight: f64, boundary: usize) -> AsrLoss {
+        let device = batch.features.device();
+        let n = batch.len();
+        let (encoded, lengths) = self.encode(batch.features, &batch.frames);
+        let [_, steps, _] = encoded.dims();
+        let longest = batch.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+
+        // CTC over the encoder's frames.
+        let log_probs = self.ctc_log_probs(encoded.clone()).swap_dims(0, 1);
+        let targets = int_rows(&batch.tokens, longest, boundary, &device);
+        let input_lengths = int_row(&lengths, &device);
+        let target_lengths = int_row(
+            &batch.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
+            &device,
+        );
+        let ctc = CTCLossConfig::new()
+            .with_zero_infinity(true)
+            .init()
+            .forward(log_probs, targets, input_lengths, target_lengths);
+        // PyTorch's mean: each utterance's loss over its transcript's length, then the mean.
+        let per_char: Vec<f32> = batch
+            .tokens
+            .iter()
+            .map(|t| 1.0 / t.len().max(1) as f32)
+            .collect();
+        let ctc = (ctc * Tensor::from_data(TensorData::new(per_char, [n]), &device)).mean();
+
+        // The decoder reads <boundary> y1 .. yk and predicts y1 .. yk <boundary>.
+        let steps_out = longest + 1;
+        let inputs: Vec<Vec<usize>> = batch
+            .tokens
+            .iter()
+            .map(|t| std::iter::once(boundary).chain(t.iter().copied()).collect())
+            .collect();
+        let outputs: Vec<Vec<usize>> = batch
+            .tokens
+            .iter()
+            .map(|t| t.iter().copied().chain(std::iter::once(boundary)).collect())
+            .collect();
+        let decoded = self.decode(
+            int_rows(&inputs, steps_out, boundary, &device),
+            &inputs.iter().map(Vec::len).collect::<Vec<_>>(),
+            encoded,
+            &lengths,
+            steps,
+        );
+        let log_p = log_softmax(decoded, 2);
+        let targets = int_rows(&outputs, steps_out, boundary, &device).reshape([n, steps_out, 1]);
+        let picked = log_p.gather(2, targets).reshape([n, steps_out]);
+        let counted: Vec<f32> = outputs
+            .iter()
+            .flat_map(|o| (0..steps_out).map(move |i| if i < o.len() { 1.0 } else { 0.0 }))
+            .collect();
+        let total_tokens = counted.iter().sum::<f32>().max(1.0);
+        let weights = Tensor::from_data(TensorData::new(counted, [n, steps_out]), &device);
+        let attention = (picked * weights).sum().neg().div_scalar(total_tokens);
+
+        let total = ctc.clone().mul_scalar(ctc_weight) + attention.mul_scalar(1.0 - ctc_weight);
+        AsrLoss {
+            total: total.reshape([1]),
+            ctc: ctc.reshape([1]),
+        }
+    }
+
+    /// The decoder's logits `[n, tokens, vocabulary]` for `tokens` (each row's own length in
+    /// `lengths`) given the encoder's output.
+    fn decode(
+        &self,
+        tokens: Tensor<2, Int>,
+        lengths: &[usize],
+        memory: Tensor<3>,
+        memory_lengths: &[usize],
+        memory_steps: usize,
+    ) -> Tensor<3> {
+        let [n, steps] = tokens.dims();
+        let device = tokens.device();
+        let x = self.positions.forward(self.embedding.forward(tokens));
+        let input = TransformerDecoderInput::new(x, memory)
+            .target_mask_attn(generate_autoregressive_mask(n, steps, &device))
+            .target_mask_pad(padding_mask(lengths, steps, &device))
+            .memory_mask_pad(padding_mask(memory_lengths, memory_steps, &device));
+        self.output
+            .forward(self.decoder_norm.forward(self.decoder.forward(input)))
+    }
+}
+
+/// `[n, steps]`, true past each row's length (what attention leaves out).
+fn padding_mask(lengths: &[usize], steps: usize, device: &Device) -> Tensor<2, Bool> {
+    let values: Vec<bool> = lengths
+        .iter()
+        .flat_map(|&len| (0..steps).map(move |i| i >= len))
+        .collect();
+    Tensor::from_data(TensorData::new(values, [lengths.len(), steps]), device)
+}
+
+fn int_row(values: &[usize], device: &Device) -> Tensor<1, Int> {
+    let values: Vec<i64> = values.iter().map(|&v| v as i64).collect();
+    let n = values.len();
+    Tensor::from_data(TensorData::new(values, [n]), device)
+}
+
+/// Rows padded to `width` with `pad`.
+fn int_rows(rows: &[Vec<usize>], width: usize, pad: usize, device: &Device) -> Tensor<2, Int> {
+    let values: Vec<i64> = rows
+        .iter()
+        .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(pad) as i64))
+        .collect();
+    Tensor::from_data(TensorData::new(values, [rows.len(), width]), device)
+}
