@@ -234,3 +234,63 @@ fn each_baseline_trains_on_a_synth_folder_and_eval_writes_the_challenge_files() 
         assert_score_files(&scores, "pump", &report, 4);
     }
 }
+
+/// The speech recogniser trains through the same `train` command on whole utterances (one
+/// example each, never patches), reports CER and WER per split, and `eval` scores its
+/// checkpoint into the same table and a results.csv of its own columns.
+#[test]
+fn the_speech_recogniser_trains_and_reports_its_error_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("asr");
+    let all = run_json(&[
+        "train",
+        "--json",
+        "--backend",
+        "flex",
+        "--model",
+        "asr-transformer",
+        "--batch-size",
+        "4",
+        "--no-plan",
+        "--steps",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let losses = step_losses(&all);
+    assert_eq!(losses.len(), 3);
+    assert!(
+        losses.iter().all(|l| l.is_finite() && *l > 0.0),
+        "{losses:?}"
+    );
+    let config = &events(&all, "config")[0];
+    assert_eq!(config["model"], "asr-transformer");
+    assert_eq!(config["n_patches"], 1, "whole utterances");
+    let results = events(&all, "results");
+    assert_eq!(results.len(), 1, "one results event, no anomaly scores");
+    assert!(events(&all, "evaluation").is_empty());
+    let trained = results[0];
+    assert_eq!(trained["measures"], serde_json::json!(["CER", "WER"]));
+    let rows = trained["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["label"], "validation");
+    assert_eq!(rows[1]["label"], "test");
+
+    let scores = dir.path().join("scores");
+    let report = run_json_document(&[
+        "eval",
+        "--json",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--out",
+        scores.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        report["rows"], trained["rows"],
+        "eval scores the checkpoint alike"
+    );
+    let csv = std::fs::read_to_string(scores.join("results.csv")).unwrap();
+    assert!(
+        csv.starts_with("label,examples,CER,WER\nvalidation,24,"),
+        "{csv}"
+    );
+}

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod setting;
 pub mod size;
 pub mod spec;
+pub mod speech;
 pub mod split;
 pub mod step;
 pub mod task;

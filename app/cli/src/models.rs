@@ -21,7 +21,11 @@ pub fn run(args: ModelsArgs) -> Result<()> {
             "{:<14} {:>11}  {:<22} {:<16} {}",
             m.name,
             m.parameters,
-            format!("{} x {}", m.input.mels, m.input.frames),
+            match m.input.frames {
+                // Whole utterances of every length.
+                0 => format!("{} x any", m.input.mels),
+                frames => format!("{} x {frames}", m.input.mels),
+            },
             format!("{} x {}", step.spectrograms, step.patches),
             m.summary
         );

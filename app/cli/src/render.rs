@@ -331,13 +331,14 @@ fn describe_dataset(d: &DatasetReport) -> String {
             mib(d.host_memory_bytes)
         )
     };
+    // Machine types, where the data has them (a speech corpus has none).
+    let types = match d.machine_types.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", d.machine_types.join(", ")),
+    };
     let mut line = format!(
-        "Dataset {} ({}): {} train, {} validation, {} test clips; spectrograms {how}",
-        d.source,
-        d.machine_types.join(", "),
-        d.train_clips,
-        d.validation_clips,
-        d.test_clips,
+        "Dataset {}{types}: {} train, {} validation, {} test clips; spectrograms {how}",
+        d.source, d.train_clips, d.validation_clips, d.test_clips,
     );
     if !d.skipped.is_empty() {
         line.push_str(&format!(

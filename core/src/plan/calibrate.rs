@@ -181,13 +181,15 @@ pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationEr
 }
 
 /// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
-/// the device's half precision without.
+/// the device's half precision without (four for a task without mixed precision).
 pub async fn calibrate<T: TrainingTask>(
     target: Target,
     task: &T,
 ) -> Result<Calibration, CalibrationError> {
     let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
-    if let Some(half) = half_precision(target)? {
+    if task.mixed_precision()
+        && let Some(half) = half_precision(target)?
+    {
         variants.push((half, false));
     }
     calibrate_variants(target, task, &variants).await

@@ -113,6 +113,8 @@ pub enum PlanningError {
     #[error("{}", self.describe(&PlainWords))]
     Coupled { accumulation: usize },
     #[error("{}", self.describe(&PlainWords))]
+    WholeItems { n_patches: usize },
+    #[error("{}", self.describe(&PlainWords))]
     DryRunsFailed(String),
 }
 
@@ -126,6 +128,11 @@ impl Described for PlanningError {
                  accumulated over micro-batches, and {} {accumulation} was asked; leave it \
                  open or make it 1",
                 words.setting(Setting::Accumulation)
+            ),
+            PlanningError::WholeItems { n_patches } => format!(
+                "this task trains on whole items (utterances), not patches of them, and {} \
+                 {n_patches} was asked; leave it open or make it 1",
+                words.setting(Setting::PatchesPerSpectrogram)
             ),
             PlanningError::DryRunsFailed(last) => format!(
                 "no plan passed its dry-run in {MAX_DRY_RUNS} tries; the last, {last}; lower {} \
@@ -146,6 +153,14 @@ fn request_for<T: TrainingTask>(
     read_ahead: ReadAhead,
 ) -> Result<PlanRequest, PlanningError> {
     let mut request = planning.request(resident_bytes, read_ahead);
+    if !task.cut_into_patches() {
+        match request.fixed.n_patches {
+            Some(n_patches) if n_patches > 1 => {
+                return Err(PlanningError::WholeItems { n_patches });
+            }
+            _ => request.fixed.n_patches = Some(1),
+        }
+    }
     if task.coupling() == Coupling::WholeStep {
         match request.fixed.accumulation {
             Some(accumulation) if accumulation > 1 => {

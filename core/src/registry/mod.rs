@@ -12,48 +12,16 @@ mod trainer;
 
 use crate::config::TrainConfig;
 use crate::model::{
-    DcaseAeConfig, DefaultBatch, IdClassifierConfig, ModelConfig, ModelError, ModelInfo, ModelSpec,
-    NamedConfig, VqAutoencoderConfig,
+    DcaseAeConfig, IdClassifierConfig, ModelError, ModelInfo, ModelSpec, NamedConfig,
+    VqAutoencoderConfig,
 };
-use crate::train::RunTask;
+use crate::speech::AsrConfig;
+pub use crate::train::BuiltIn;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use by_name::{evaluate_checkpoint, plan_only};
 pub use by_name::{evaluate_checkpoint_async, plan_only_async};
 pub use trainer::{Run, Trainer};
-
-/// A kind of training front-ends can pick by name: what they list and default to.
-pub trait BuiltIn: RunTask {
-    /// What `trainer-cli models` lists.
-    fn info(&self) -> ModelInfo;
-
-    /// A step when the user gives no batch settings.
-    fn default_batch(&self) -> DefaultBatch;
-
-    /// Makes `config` train this task with its defaults: its batch, the features its input
-    /// takes, its strides.
-    fn configure(&self, config: &mut TrainConfig);
-}
-
-impl<C: ModelConfig> BuiltIn for C {
-    fn info(&self) -> ModelInfo {
-        ModelInfo {
-            name: <C as ModelConfig>::NAME,
-            summary: C::SUMMARY,
-            parameters: self.parameter_count(),
-            input: self.input(),
-            default_batch: ModelConfig::default_batch(self),
-        }
-    }
-
-    fn default_batch(&self) -> DefaultBatch {
-        ModelConfig::default_batch(self)
-    }
-
-    fn configure(&self, config: &mut TrainConfig) {
-        config.set_model(self);
-    }
-}
 
 /// Something done with a built-in task chosen by name: [`with_default`] calls `run` with
 /// its configuration.
@@ -82,7 +50,12 @@ macro_rules! built_in_tasks {
 }
 
 // Adding a kind of training is a line here.
-built_in_tasks![VqAutoencoderConfig, DcaseAeConfig, IdClassifierConfig];
+built_in_tasks![
+    VqAutoencoderConfig,
+    DcaseAeConfig,
+    IdClassifierConfig,
+    AsrConfig,
+];
 
 /// Runs `action` with the built-in task `spec` names, its saved configuration read.
 pub fn with_saved<W: WithTask>(spec: &ModelSpec, action: W) -> Result<W::Output, ModelError> {

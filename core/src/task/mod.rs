@@ -64,6 +64,20 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
         Coupling::PerExample
     }
 
+    /// Whether the planner may cut each item of the data (a spectrogram) into several
+    /// examples (patches); a task whose examples are whole items (utterances) says no, and
+    /// its plans take one example per item.
+    fn cut_into_patches(&self) -> bool {
+        true
+    }
+
+    /// Whether the loss computes in the half precision a step gives it
+    /// ([`StepContext::precision`]); a task that does not is planned in f32 only, so that no
+    /// plan claims a precision its steps do not use.
+    fn mixed_precision(&self) -> bool {
+        true
+    }
+
     /// Fresh networks on `device`.
     fn networks(&self, device: &Device) -> Self::Networks;
 

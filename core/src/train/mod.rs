@@ -31,7 +31,7 @@ pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, Tr
 pub use evaluate::evaluate_saved;
 pub use patches::PatchData;
 pub use planning::plan_task;
-pub use run_task::{RunTask, TaskData};
+pub use run_task::{BuiltIn, RunTask, TaskData};
 
 use crate::backend::BackendError;
 use crate::budget::Budget;
@@ -71,6 +71,10 @@ pub enum TrainError {
     OutDirInUse { dir: PathBuf, step: u64 },
     #[error("the train split is empty after holding out validation clips; use a larger dataset")]
     EmptyTrainSplit,
+    /// What a kind of training found wrong in its own terms (a transcript with characters
+    /// its vocabulary lacks).
+    #[error("{0}")]
+    Task(String),
     /// A micro-batch asked for before the loop started the train stream: a bug.
     #[error("the train stream was read before it was started (a bug in Headroom)")]
     NotStreaming,

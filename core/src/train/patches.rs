@@ -12,12 +12,12 @@ use crate::data::clip_patches;
 use crate::data::{self, LoaderOptions, Normalization, PatchBatch, RunData, TrainStream};
 use crate::eval::{self, ScoreSettings};
 use crate::events::DatasetReport;
-use crate::model::{ModelConfig, Patches, SpectrogramModel};
+use crate::model::{DefaultBatch, ModelConfig, ModelInfo, Patches, SpectrogramModel};
 use crate::plan::ReadAhead;
 use crate::precision::Precision;
 use crate::readback::{self, LocalFuture};
 
-use super::run_task::{RunTask, TaskData};
+use super::run_task::{BuiltIn, RunTask, TaskData};
 use super::{Evaluation, TrainError};
 
 impl<C: ModelConfig> RunTask for C {
@@ -140,6 +140,26 @@ impl<C: ModelConfig> RunTask for C {
             report.skipped = skipped;
             Ok(Evaluation::Anomaly { report, scores })
         })
+    }
+}
+
+impl<C: ModelConfig> BuiltIn for C {
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            name: <C as ModelConfig>::NAME,
+            summary: C::SUMMARY,
+            parameters: self.parameter_count(),
+            input: self.input(),
+            default_batch: ModelConfig::default_batch(self),
+        }
+    }
+
+    fn default_batch(&self) -> DefaultBatch {
+        ModelConfig::default_batch(self)
+    }
+
+    fn configure(&self, config: &mut TrainConfig) {
+        config.set_model(self);
     }
 }
 

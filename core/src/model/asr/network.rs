@@ -21,6 +21,11 @@ use super::AsrShape;
 /// 40,000 input frames (400 s at a 10 ms hop) after subsampling.
 const MAX_POSITIONS: usize = 10_000;
 
+/// No dropout: its masks come from the device's generator, which a resumed run does not
+/// restore, so a resumed run would not be the uninterrupted one (ESPnet uses 0.1; drawing
+/// the masks from the seed and the step would allow it).
+const DROPOUT: f64 = 0.0;
+
 /// A micro-batch of utterances: log-mel frames padded to the longest, and each one's
 /// transcript as tokens.
 #[derive(Debug, Clone)]
@@ -59,11 +64,14 @@ pub struct AsrNetworks {
     output: Linear,
 }
 
-/// What the loss is made of, each a mean over the micro-batch's utterances.
+/// What the loss is made of, each a mean over the micro-batch's utterances of the
+/// utterance's whole loss (summed over its frames' alignments, or its tokens), as ESPnet
+/// normalises by the batch: so a step's loss is the mean over its utterances whatever its
+/// micro-batches, and accumulating them gives the whole step's gradient exactly.
 pub struct AsrLoss {
     /// `ctc_weight` x CTC + (1 - `ctc_weight`) x the decoder's cross-entropy.
     pub total: Tensor<1>,
-    /// The CTC loss alone (per utterance, PyTorch's `mean` reduction).
+    /// The CTC loss alone.
     pub ctc: Tensor<1>,
 }
 
@@ -85,6 +93,7 @@ impl AsrNetworks {
                 shape.encoder_layers,
             )
             .with_norm_first(true)
+            .with_dropout(DROPOUT)
             .init(device),
             encoder_norm: LayerNormConfig::new(d).init(device),
             ctc_head: LinearConfig::new(d, vocabulary).init(device),
@@ -96,6 +105,7 @@ impl AsrNetworks {
                 shape.decoder_layers,
             )
             .with_norm_first(true)
+            .with_dropout(DROPOUT)
             .init(device),
             decoder_norm: LayerNormConfig::new(d).init(device),
             output: LinearConfig::new(d, vocabulary).init(device),
@@ -119,6 +129,20 @@ impl AsrNetworks {
             .encoder
             .forward(TransformerEncoderInput::new(x).mask_pad(padding));
         (self.encoder_norm.forward(encoded), lengths)
+    }
+
+    /// Each utterance's most likely CTC token per encoder frame, `[n, frames]` (token
+    /// indices as floats, for reading back), and its encoder frames.
+    pub fn ctc_best_path(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<2>, Vec<usize>) {
+        let (encoded, lengths) = self.encode(features, frames);
+        let [n, steps, _] = encoded.dims();
+        let best = self
+            .ctc_head
+            .forward(encoded)
+            .argmax(2)
+            .reshape([n, steps])
+            .float();
+        (best, lengths)
     }
 
     /// CTC's log-probabilities per encoder frame, `[n, frames, vocabulary]`.
@@ -146,13 +170,7 @@ impl AsrNetworks {
             .with_zero_infinity(true)
             .init()
             .forward(log_probs, targets, input_lengths, target_lengths);
-        // PyTorch's mean: each utterance's loss over its transcript's length, then the mean.
-        let per_char: Vec<f32> = batch
-            .tokens
-            .iter()
-            .map(|t| 1.0 / t.len().max(1) as f32)
-            .collect();
-        let ctc = (ctc * Tensor::from_data(TensorData::new(per_char, [n]), &device)).mean();
+        let ctc = ctc.mean();
 
         // The decoder reads <boundary> y1 .. yk and predicts y1 .. yk <boundary>.
         let steps_out = longest + 1;
@@ -180,9 +198,8 @@ impl AsrNetworks {
             .iter()
             .flat_map(|o| (0..steps_out).map(move |i| if i < o.len() { 1.0 } else { 0.0 }))
             .collect();
-        let total_tokens = counted.iter().sum::<f32>().max(1.0);
         let weights = Tensor::from_data(TensorData::new(counted, [n, steps_out]), &device);
-        let attention = (picked * weights).sum().neg().div_scalar(total_tokens);
+        let attention = (picked * weights).sum().neg().div_scalar(n as f32);
 
         let total = ctc.clone().mul_scalar(ctc_weight) + attention.mul_scalar(1.0 - ctc_weight);
         AsrLoss {

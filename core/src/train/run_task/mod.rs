@@ -13,7 +13,7 @@ use burn::tensor::Device;
 use crate::config::TrainConfig;
 use crate::data::{LoaderOptions, Normalization};
 use crate::events::DatasetReport;
-use crate::model::NamedConfig;
+use crate::model::{DefaultBatch, ModelInfo, NamedConfig};
 use crate::plan::ReadAhead;
 use crate::readback::LocalFuture;
 use crate::task::TrainingTask;
@@ -78,6 +78,20 @@ pub trait RunTask: TrainingTask + NamedConfig + Sync {
         chunk: usize,
         skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>>;
+}
+
+/// A kind of training front-ends can pick by name (`crate::registry`): what they list and
+/// default to.
+pub trait BuiltIn: RunTask {
+    /// What `trainer-cli models` lists.
+    fn info(&self) -> ModelInfo;
+
+    /// A step when the user gives no batch settings.
+    fn default_batch(&self) -> DefaultBatch;
+
+    /// Makes `config` train this task with its defaults: its batch, the features its input
+    /// takes, its strides.
+    fn configure(&self, config: &mut TrainConfig);
 }
 
 /// A run's data: its splits, read lazily, and the train split as a stream whose positions
