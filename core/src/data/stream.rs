@@ -37,6 +37,17 @@ impl Normalization {
         }
     }
 
+    /// Fitted on `values` (the train split's).
+    pub fn fit<'a>(values: impl IntoIterator<Item = &'a f32>) -> Self {
+        let (mut sum, mut sum_sq, mut n) = (0.0f64, 0.0f64, 0usize);
+        for &v in values {
+            sum += f64::from(v);
+            sum_sq += f64::from(v) * f64::from(v);
+            n += 1;
+        }
+        Self::from_moments(sum, sum_sq, n)
+    }
+
     pub fn apply(&self, values: &mut [f32]) {
         for v in values {
             *v = (*v - self.mean) / self.std;

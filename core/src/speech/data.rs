@@ -17,7 +17,6 @@ use crate::data::{LoaderOptions, Normalization};
 use crate::events::{DatasetReport, Results, ResultsRow};
 use crate::metrics::ErrorCount;
 use crate::model::asr::{AsrNetworks, Utterances};
-use crate::plan::ReadAhead;
 use crate::readback::{self, LocalFuture};
 use crate::train::{Evaluation, RunTask, TaskData, TrainError};
 
@@ -281,18 +280,11 @@ impl TaskData for SpeechData {
             #[cfg(target_arch = "wasm32")]
             compute(split);
         }
-        let (mut sum, mut sum_sq, mut n) = (0.0f64, 0.0f64, 0usize);
-        for s in self.train.iter().filter_map(|h| h.frames.as_ref()) {
-            for &v in &s.data {
-                sum += f64::from(v);
-                sum_sq += f64::from(v) * f64::from(v);
-            }
-            n += s.data.len();
-        }
-        if n == 0 {
+        if self.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
-        self.normalization = Normalization::from_moments(sum, sum_sq, n);
+        let values = self.train.iter().filter_map(|h| h.frames.as_ref());
+        self.normalization = Normalization::fit(values.flat_map(|s| s.data.iter()));
         Ok(())
     }
 
@@ -306,16 +298,6 @@ impl TaskData for SpeechData {
 
     fn test_examples(&self) -> usize {
         self.test.len()
-    }
-
-    fn resident(&self) -> bool {
-        true
-    }
-
-    /// Every train frame is computed before the plan, so it is in the resident bytes the
-    /// planner measures; the stream holds nothing more.
-    fn read_ahead(&self, _: &TrainConfig, _: &LoaderOptions) -> ReadAhead {
-        ReadAhead::NONE
     }
 
     /// Takes the run's vocabulary: a fresh run's was read from the train transcripts after
@@ -376,9 +358,5 @@ impl TaskData for SpeechData {
             host_memory_bytes: loader.host_memory_bytes,
             skipped: Vec::new(),
         }
-    }
-
-    fn skipped(&self) -> Vec<String> {
-        Vec::new()
     }
 }

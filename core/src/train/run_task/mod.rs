@@ -114,16 +114,22 @@ pub trait TaskData {
     /// Test examples: what [`RunTask::evaluate`] measures.
     fn test_examples(&self) -> usize;
 
-    /// Whether the examples stay in host memory once read.
-    fn resident(&self) -> bool;
+    /// Whether the examples stay in host memory once read: by default they do (data made
+    /// or read whole before the run is planned).
+    fn resident(&self) -> bool {
+        true
+    }
 
     /// What the stream holds in host memory while reading ahead for `config`'s split, as
-    /// the planner counts it beside the step.
-    fn read_ahead(&self, config: &TrainConfig, loader: &LoaderOptions) -> ReadAhead;
+    /// the planner counts it beside the step: by default nothing (examples already in host
+    /// memory are in the resident bytes the planner measures).
+    fn read_ahead(&self, _config: &TrainConfig, _loader: &LoaderOptions) -> ReadAhead {
+        ReadAhead::NONE
+    }
 
     /// (Re)starts the train stream for `config`'s split: after the plan, and after a
-    /// recovery changed the micro-batch.
-    fn stream(&mut self, config: &TrainConfig, loader: &LoaderOptions);
+    /// recovery changed the micro-batch. By default there is nothing to start.
+    fn stream(&mut self, _config: &TrainConfig, _loader: &LoaderOptions) {}
 
     /// `count` examples from stream position `first` on, on `device`: one micro-batch.
     fn micro_batch(
@@ -142,8 +148,10 @@ pub trait TaskData {
     /// What the run reads, and how.
     fn report(&self, config: &TrainConfig, loader: &LoaderOptions) -> DatasetReport;
 
-    /// Files left out so far, each with its problem.
-    fn skipped(&self) -> Vec<String>;
+    /// Files left out so far, each with its problem: by default none.
+    fn skipped(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::config::{RunLength, TrainConfig};
 use crate::data::{LoaderOptions, Normalization};
 use crate::events::{DatasetReport, Event, Results, ResultsRow};
 use crate::model::{AnalyticStep, DefaultBatch, ModelSpec, NamedConfig, StepLoss};
-use crate::plan::{Fixed, Planning, ReadAhead};
+use crate::plan::{Fixed, Planning};
 use crate::precision::Precision;
 use crate::readback::{self, LocalFuture};
 use crate::task::{StepContext, TrainingTask};
@@ -263,14 +263,7 @@ impl TaskData for SequenceData {
     /// Fits the normalization on the train frames, as a spectrogram task fits it on the
     /// train split's values.
     fn check(&mut self) -> Result<(), TrainError> {
-        let values = self.train.iter().flat_map(|s| s.values.iter());
-        let (mut sum, mut sum_sq, mut n) = (0.0f64, 0.0f64, 0usize);
-        for &v in values {
-            sum += f64::from(v);
-            sum_sq += f64::from(v) * f64::from(v);
-            n += 1;
-        }
-        self.normalization = Normalization::from_moments(sum, sum_sq, n);
+        self.normalization = Normalization::fit(self.train.iter().flat_map(|s| s.values.iter()));
         Ok(())
     }
     fn train_examples(&self) -> usize {
@@ -282,13 +275,6 @@ impl TaskData for SequenceData {
     fn test_examples(&self) -> usize {
         self.test.len()
     }
-    fn resident(&self) -> bool {
-        true
-    }
-    fn read_ahead(&self, _: &TrainConfig, _: &LoaderOptions) -> ReadAhead {
-        ReadAhead::NONE
-    }
-    fn stream(&mut self, _: &TrainConfig, _: &LoaderOptions) {}
     fn micro_batch(
         &mut self,
         first: u64,
@@ -318,9 +304,6 @@ impl TaskData for SequenceData {
             host_memory_bytes: 0,
             skipped: Vec::new(),
         }
-    }
-    fn skipped(&self) -> Vec<String> {
-        Vec::new()
     }
 }
 
