@@ -4,7 +4,7 @@
 
 mod stream;
 
-pub use stream::{Normalization, PatchBatch, TrainStream, clip_patches};
+pub use stream::{EpochOrder, Normalization, PatchBatch, TrainStream, clip_patches};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -208,9 +208,7 @@ impl TrainStream {
     fn read_ahead_from(&self, first: u64) -> Ahead {
         let positions = Positions {
             next: first,
-            n: self.train.len() as u64,
-            seed: self.seed,
-            order: (u64::MAX, Vec::new()),
+            order: EpochOrder::new(self.seed, self.train.len()),
         };
         let (store, train, classes, spec, seed, normalization) = (
             self.store.clone(),
@@ -242,12 +240,45 @@ impl TrainStream {
     }
 }
 
-/// Stream positions and the train slot each draws: epochs are shuffles of the train split.
+/// Which train slot each stream position draws: every epoch is a shuffle of the train split,
+/// a pure function of the seed and the epoch's number, so a resumed run draws what the
+/// uninterrupted one would have. Any kind of training's stream uses it.
+#[derive(Debug, Clone)]
+pub struct EpochOrder {
+    seed: u64,
+    n: u64,
+    /// The epoch last drawn from, and its order.
+    current: (u64, Vec<usize>),
+}
+
+impl EpochOrder {
+    /// The order of a train split of `n` items (at least one).
+    pub fn new(seed: u64, n: usize) -> Self {
+        Self {
+            seed,
+            n: n.max(1) as u64,
+            current: (u64::MAX, Vec::new()),
+        }
+    }
+
+    /// The train slot stream position `position` draws.
+    pub fn slot(&mut self, position: u64) -> usize {
+        let epoch = position / self.n;
+        if self.current.0 != epoch {
+            let mut order: Vec<usize> = (0..self.n as usize).collect();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix(
+                self.seed, epoch, 0x0e70,
+            )));
+            self.current = (epoch, order);
+        }
+        self.current.1[(position % self.n) as usize]
+    }
+}
+
+/// Stream positions and the train slot each draws.
 struct Positions {
     next: u64,
-    n: u64,
-    seed: u64,
-    order: (u64, Vec<usize>),
+    order: EpochOrder,
 }
 
 impl Iterator for Positions {
@@ -255,16 +286,8 @@ impl Iterator for Positions {
 
     fn next(&mut self) -> Option<(u64, usize)> {
         let position = self.next;
-        let epoch = position / self.n;
-        if self.order.0 != epoch {
-            let mut order: Vec<usize> = (0..self.n as usize).collect();
-            order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix(
-                self.seed, epoch, 0x0e70,
-            )));
-            self.order = (epoch, order);
-        }
         self.next += 1;
-        Some((position, self.order.1[(position % self.n) as usize]))
+        Some((position, self.order.slot(position)))
     }
 }
 

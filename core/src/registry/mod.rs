@@ -72,17 +72,7 @@ pub fn with_saved<W: WithTask>(spec: &ModelSpec, action: W) -> Result<W::Output,
 
 /// The built-in tasks, the default first.
 pub fn built_in() -> Vec<ModelInfo> {
-    struct Info;
-    impl WithTask for Info {
-        type Output = ModelInfo;
-        fn run<T: BuiltIn>(self, task: T) -> ModelInfo {
-            task.info()
-        }
-    }
-    NAMES
-        .iter()
-        .filter_map(|name| with_default(name, Info).ok())
-        .collect()
+    NAMES.iter().filter_map(|name| info_of(name).ok()).collect()
 }
 
 /// The built-in task `name`, as `trainer-cli models` lists it.

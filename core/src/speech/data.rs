@@ -2,18 +2,17 @@
 //! (computed once, kept in host memory), the train stream of shuffled epochs, and what the
 //! loop measures on the held-out splits.
 
+use std::borrow::Cow;
+
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
 use headroom_datasets::speech::vocab::Vocabulary;
 use headroom_datasets::{LogMel, LogMelConfig, Spectrogram};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 
 use super::{AsrConfig, Longest};
 use crate::config::TrainConfig;
-use crate::data::{LoaderOptions, Normalization};
+use crate::data::{EpochOrder, LoaderOptions, Normalization};
 use crate::events::{DatasetReport, Results, ResultsRow};
 use crate::metrics::ErrorCount;
 use crate::model::asr::{AsrNetworks, Utterances};
@@ -26,36 +25,26 @@ const HOP_S: f64 = 0.01;
 /// One utterance as the run holds it: its transcript and, once read, its frames.
 struct Held {
     key: SpeechKey,
-    /// `[frames, mels]`, frame-major: a micro-batch copies rows.
+    /// `[mels, frames]`, as the frontend gives them (a micro-batch transposes them).
     frames: Option<Spectrogram>,
 }
 
 pub struct SpeechData {
+    /// The task as the data was opened with: its corpus, its mel bands, and its vocabulary
+    /// (a resumed run's saved one, or read from the train transcripts by `check`).
     config: AsrConfig,
-    seed: u64,
+    logmel: LogMel,
     train: Vec<Held>,
     validation: Vec<Held>,
     test: Vec<Held>,
     normalization: Normalization,
-    /// The train split's order in the epoch the last micro-batch was drawn from.
-    order: (u64, Vec<usize>),
+    order: EpochOrder,
 }
 
 impl SpeechData {
-    fn logmel(&self) -> LogMel {
-        let sample_rate = self.config.corpus.sample_rate;
-        LogMel::new(LogMelConfig {
-            sample_rate,
-            n_fft: 512,
-            hop: (f64::from(sample_rate) * HOP_S) as usize,
-            n_mels: self.config.mels,
-        })
-    }
-
-    /// The utterance's log-mel, `[mels, frames]` as the frontend gives it.
+    /// The utterance's log-mel, `[mels, frames]`.
     fn features(&self, key: &SpeechKey) -> Spectrogram {
-        self.logmel()
-            .compute(&self.config.corpus.audio(key).samples)
+        self.logmel.compute(&self.config.corpus.audio(key).samples)
     }
 
     /// Utterances `picked` of `split` as a micro-batch on `device`, standardised; their
@@ -67,13 +56,14 @@ impl SpeechData {
         device: &Device,
     ) -> Result<Utterances, TrainError> {
         let mels = self.config.mels;
-        let computed: Vec<Spectrogram>;
-        let spectrograms: Vec<&Spectrogram> = if picked.iter().all(|h| h.frames.is_some()) {
-            picked.iter().filter_map(|h| h.frames.as_ref()).collect()
-        } else {
-            computed = picked.iter().map(|h| self.features(&h.key)).collect();
-            computed.iter().collect()
-        };
+        // The test split's frames are computed when scored, not kept.
+        let spectrograms: Vec<Cow<Spectrogram>> = picked
+            .iter()
+            .map(|h| match &h.frames {
+                Some(frames) => Cow::Borrowed(frames),
+                None => Cow::Owned(self.features(&h.key)),
+            })
+            .collect();
         let longest = spectrograms.iter().map(|s| s.frames).max().unwrap_or(1);
         let mut values = vec![0.0f32; picked.len() * longest * mels];
         for (i, s) in spectrograms.iter().enumerate() {
@@ -157,26 +147,32 @@ impl RunTask for AsrConfig {
                 .map(|key| Held { key, frames: None })
                 .collect::<Vec<_>>()
         };
+        let sample_rate = self.corpus.sample_rate;
+        let train = held(SpeechSplit::Train);
         let data = SpeechData {
             config: self.clone(),
-            seed: config.seed,
-            train: held(SpeechSplit::Train),
+            logmel: LogMel::new(LogMelConfig {
+                sample_rate,
+                n_fft: 512,
+                hop: (f64::from(sample_rate) * HOP_S) as usize,
+                n_mels: self.mels,
+            }),
+            order: EpochOrder::new(config.seed, train.len()),
+            train,
             validation: held(SpeechSplit::Validation),
             test: held(SpeechSplit::Test),
             normalization: Normalization {
                 mean: 0.0,
                 std: 1.0,
             },
-            order: (u64::MAX, Vec::new()),
         };
         Ok((self, data))
     }
 
-    /// The vocabulary of the train transcripts, and the longest utterance the run holds.
+    /// The vocabulary `check` read from the train transcripts, and the longest utterance
+    /// the run holds.
     fn for_data(mut self, data: &SpeechData) -> Result<Self, TrainError> {
-        self.vocabulary = Some(Vocabulary::from_transcripts(
-            data.train.iter().map(|h| h.key.transcript.as_str()),
-        ));
+        self.vocabulary = data.config.vocabulary.clone();
         let held = data.train.iter().chain(&data.validation);
         self.longest = Longest {
             frames: held
@@ -255,11 +251,15 @@ impl RunTask for AsrConfig {
 impl TaskData for SpeechData {
     type Batch = Utterances;
 
-    /// Computes every train and validation utterance's frames once, and fits the
-    /// normalization on the train frames.
+    /// Computes every train and validation utterance's frames once, fits the normalization
+    /// on the train frames, and reads the vocabulary from the train transcripts unless the
+    /// run has one (a resumed run keeps its saved one).
     fn check(&mut self) -> Result<(), TrainError> {
-        let logmel = self.logmel();
-        let corpus = self.config.corpus.clone();
+        if self.train.is_empty() {
+            return Err(TrainError::EmptyTrainSplit);
+        }
+        let logmel = &self.logmel;
+        let corpus = &self.config.corpus;
         let compute = |held: &mut [Held]| {
             for h in held {
                 h.frames = Some(logmel.compute(&corpus.audio(&h.key).samples));
@@ -280,8 +280,10 @@ impl TaskData for SpeechData {
             #[cfg(target_arch = "wasm32")]
             compute(split);
         }
-        if self.train.is_empty() {
-            return Err(TrainError::EmptyTrainSplit);
+        if self.config.vocabulary.is_none() {
+            self.config.vocabulary = Some(Vocabulary::from_transcripts(
+                self.train.iter().map(|h| h.key.transcript.as_str()),
+            ));
         }
         let values = self.train.iter().filter_map(|h| h.frames.as_ref());
         self.normalization = Normalization::fit(values.flat_map(|s| s.data.iter()));
@@ -300,40 +302,19 @@ impl TaskData for SpeechData {
         self.test.len()
     }
 
-    /// Takes the run's vocabulary: a fresh run's was read from the train transcripts after
-    /// the data was opened (`for_data`), and the configuration holds it since.
-    fn stream(&mut self, config: &TrainConfig, _: &LoaderOptions) {
-        if let Ok(task) = config.model.config::<AsrConfig>()
-            && task.vocabulary.is_some()
-        {
-            self.config.vocabulary = task.vocabulary;
-        }
-    }
-
     /// Stream positions are epochs of the train split, each shuffled by the seed and its
-    /// number: a resumed run draws what the uninterrupted one would have.
+    /// number ([`EpochOrder`], as the patch stream's).
     fn micro_batch(
         &mut self,
         first: u64,
         count: usize,
         device: &Device,
     ) -> Result<Utterances, TrainError> {
-        let n = self.train.len() as u64;
-        let mut picked = Vec::with_capacity(count);
-        for position in first..first + count as u64 {
-            let epoch = position / n;
-            if self.order.0 != epoch {
-                let mut order: Vec<usize> = (0..n as usize).collect();
-                order.shuffle(&mut ChaCha8Rng::seed_from_u64(
-                    self.seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ));
-                self.order = (epoch, order);
-            }
-            picked.push(self.order.1[(position % n) as usize]);
-        }
+        let picked: Vec<usize> = (first..first + count as u64)
+            .map(|position| self.order.slot(position))
+            .collect();
         let held: Vec<&Held> = picked.iter().map(|&i| &self.train[i]).collect();
-        let vocabulary = self.vocabulary()?.clone();
-        self.batch(&held, &vocabulary, device)
+        self.batch(&held, self.vocabulary()?, device)
     }
 
     fn normalization(&self) -> Normalization {

@@ -10,14 +10,13 @@ use crate::readback::block_on;
 use super::run_task::{RunTask, TaskData};
 use super::{Evaluation, TaskTrainer, TrainError};
 
-impl<T: RunTask> TaskTrainer<T> {
-    /// Examples on the device at once without autodiff: a training micro-batch's worth,
-    /// which a forward pass without autodiff holds in less memory than the plan gave a
-    /// training step.
-    fn eval_chunk(&self) -> usize {
-        self.config.split().patches_per_micro_batch().max(1)
-    }
+/// Examples on the device at once without autodiff: a training micro-batch's worth, which a
+/// forward pass without autodiff holds in less memory than the plan gave a training step.
+fn eval_chunk(config: &TrainConfig) -> usize {
+    config.split().patches_per_micro_batch().max(1)
+}
 
+impl<T: RunTask> TaskTrainer<T> {
     /// Mean loss over the held-out examples, evaluated without autodiff.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn validation_loss(&self) -> Result<f64, TrainError> {
@@ -28,7 +27,12 @@ impl<T: RunTask> TaskTrainer<T> {
     pub async fn validation_loss_async(&self) -> Result<f64, TrainError> {
         let device = self.device.clone().without_autodiff();
         self.task
-            .validation_loss(&self.networks, &self.data, &device, self.eval_chunk())
+            .validation_loss(
+                &self.networks,
+                &self.data,
+                &device,
+                eval_chunk(&self.config),
+            )
             .await
     }
 
@@ -48,7 +52,7 @@ impl<T: RunTask> TaskTrainer<T> {
                 &self.networks,
                 &self.data,
                 &device,
-                self.eval_chunk(),
+                eval_chunk(&self.config),
                 Vec::new(),
             )
             .await
@@ -69,8 +73,7 @@ pub async fn evaluate_saved<T: RunTask>(
     let (task, mut data) = task.open(&config, &loader)?;
     data.keep_normalization(loaded.state.normalization);
     let plain = device.without_autodiff();
-    let chunk = config.split().patches_per_micro_batch().max(1);
     let skipped = data.skipped();
-    task.evaluate(&loaded.model, &data, &plain, chunk, skipped)
+    task.evaluate(&loaded.model, &data, &plain, eval_chunk(&config), skipped)
         .await
 }
