@@ -5,6 +5,7 @@ use headroom_datasets::{FeatureSettings, PatchPlacement, PatchShape, PatchSpec, 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, DeviceTarget, Target};
+use crate::lengths::LengthBuckets;
 use crate::model::{ModelConfig, ModelSpec};
 use crate::precision::Precision;
 pub use crate::setting::Setting;
@@ -86,6 +87,11 @@ pub struct TrainConfig {
     /// `None`: `micro_batch x accumulation`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_clips: Option<usize>,
+    /// For examples of every length (utterances): how many a micro-batch of each length
+    /// may hold, packed anew every step (`crate::lengths`); then `micro_batch` is the
+    /// longest bucket's and `accumulation` the most micro-batches a step can take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_buckets: Option<LengthBuckets>,
     /// burn's balanced gradient checkpointing (seed 001's `--use_gradient_checkpointing`).
     #[serde(default)]
     pub checkpointing: bool,
@@ -132,6 +138,7 @@ impl Default for TrainConfig {
             placement: PatchPlacement::Random,
             accumulation: 1,
             step_clips: None,
+            length_buckets: None,
             checkpointing: false,
             precision: Precision::F32,
             length: RunLength::Epochs(16),

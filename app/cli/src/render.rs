@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use headroom_core::events::{
-    DatasetReport, DryRunReport, EvaluationReport, Event, RecoveryReport, Results, RunInfo,
+    DatasetReport, DryRunReport, EvaluationReport, Event, Padding, RecoveryReport, Results, RunInfo,
 };
 use headroom_core::plan::Breakdown;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -20,6 +20,8 @@ pub struct ProgressRenderer {
     last_loss: Option<f64>,
     effective_batch: Option<String>,
     skipped: Vec<String>,
+    /// Frames the run's steps computed, for a run split by length.
+    padding: Option<Padding>,
 }
 
 impl ProgressRenderer {
@@ -44,6 +46,7 @@ impl ProgressRenderer {
             last_loss: None,
             effective_batch: None,
             skipped: Vec::new(),
+            padding: None,
         }
     }
 
@@ -93,10 +96,18 @@ impl ProgressRenderer {
             }
             Event::Step(s) => {
                 self.progress.set_position(s.step);
+                let unit = if s.padding.is_some() {
+                    "utterances"
+                } else {
+                    "patches"
+                };
                 self.progress.set_message(format!(
-                    "loss {:.4} | {:.1} patches/s",
+                    "loss {:.4} | {:.1} {unit}/s",
                     s.loss, s.patches_per_s
                 ));
+                if let Some(padding) = s.padding {
+                    self.padding.get_or_insert_default().add(padding);
+                }
                 let reserved = s
                     .mem_reserved_bytes
                     .map(|r| format!(", reserved {}", mib(r)))
@@ -151,6 +162,9 @@ impl ProgressRenderer {
                 if let Some(line) = &self.effective_batch {
                     self.say(line.clone());
                 }
+                if let Some(padding) = self.padding {
+                    self.say(describe_padding(padding));
+                }
                 if let Some(peak) = host_peak_bytes {
                     self.say(format!("Host memory: peak resident {}", mib(*peak)));
                 }
@@ -162,7 +176,33 @@ impl ProgressRenderer {
     }
 }
 
+/// "Padding: 31% of 1,204,000 frames computed": what packing by length left.
+pub fn describe_padding(padding: Padding) -> String {
+    format!(
+        "Padding: {:.1}% of the {} frames the steps computed ({} of the utterances' own)",
+        padding.share() * 100.0,
+        padding.padded_frames,
+        padding.frames
+    )
+}
+
 pub fn describe_dry_run(d: &DryRunReport) -> String {
+    if let Some(frames) = d.frames {
+        return format!(
+            "Dry-run {}: {} utterances of {frames} frames, {} measured {} of {} (predicted {}) - {}",
+            d.attempt,
+            d.micro_batch,
+            d.precision,
+            mib(d.measured_peak_bytes),
+            mib(d.budget_bytes),
+            mib(d.predicted_peak_bytes),
+            if d.fits {
+                "fits"
+            } else {
+                "over budget, re-planning"
+            }
+        );
+    }
     format!(
         "Dry-run {}: micro-batch {} x {} patches, {}{} measured {} of {} (predicted {}) - {}",
         d.attempt,
@@ -199,6 +239,14 @@ fn describe_recovery(r: &RecoveryReport) -> String {
 }
 
 fn effective_batch(info: &RunInfo) -> String {
+    if let Some(buckets) = &info.length_buckets {
+        return format!(
+            "Effective batch size: {} utterances a step, packed into micro-batches by length \
+             (utterances a micro-batch holds: {})",
+            info.effective_batch,
+            buckets.words()
+        );
+    }
     effective_batch_words(
         info.effective_batch,
         info.micro_batch,

@@ -288,6 +288,7 @@ mod tests {
             mem_reserved_bytes: None,
             mem_budget_bytes: Some(1 << 30),
             phases: Vec::new(),
+            padding: None,
         })
     }
 

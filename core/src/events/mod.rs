@@ -6,6 +6,7 @@ pub mod results;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::lengths::Padding;
 use crate::memory::MemorySource;
 use planned::{Breakdown, Plan, StepMeasurement};
 pub use results::{Results, ResultsRow};
@@ -81,6 +82,9 @@ pub struct DryRunReport {
     pub measured_peak_bytes: u64,
     pub budget_bytes: u64,
     pub fits: bool,
+    /// Frames of each example, for a run planned by length: the bucket measured.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub frames: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,6 +131,10 @@ pub struct RunInfo {
     pub budget_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub predicted_peak_bytes: Option<u64>,
+    /// For a run split by length: how many examples a micro-batch of each length holds
+    /// (then `micro_batch` is the longest bucket's, `accumulation` the most a step takes).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub length_buckets: Option<crate::lengths::LengthBuckets>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +163,10 @@ pub struct StepReport {
     /// discriminator and generator); `loss` and `grad_norm` above are the first phase's.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub phases: Vec<PhaseReport>,
+    /// For examples of every length: the frames the step's micro-batches held, with and
+    /// without padding.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub padding: Option<Padding>,
 }
 
 /// One phase of a step: the network it trained, its loss and gradient norm.
@@ -265,6 +277,7 @@ mod tests {
             mem_reserved_bytes: None,
             mem_budget_bytes: None,
             phases: Vec::new(),
+            padding: None,
         });
         let json: serde_json::Value = serde_json::to_value(&event).unwrap();
         for key in [

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::lengths::LengthBuckets;
 use crate::precision::Precision;
 use crate::split::Split;
 
@@ -22,6 +23,18 @@ pub struct Plan {
     pub budget_bytes: u64,
     pub predicted_patches_per_s: f64,
     pub reason: String,
+    /// For examples of every length: the length buckets each step is packed by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths: Option<LengthPlan>,
+}
+
+/// A plan by length: its buckets and what packing the train split's steps by them pads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LengthPlan {
+    pub buckets: LengthBuckets,
+    /// The share of padded frames that is padding, over an epoch of the train split's
+    /// lengths in steps of the effective batch.
+    pub predicted_padding: f64,
 }
 
 impl Plan {
@@ -80,6 +93,9 @@ pub struct StepMeasurement {
     /// whose later micro-batches hold the gradients summed so far.
     #[serde(default = "one")]
     pub micro_batches: usize,
+    /// Frames of each example, for a task measured at several lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<usize>,
 }
 
 fn one() -> usize {

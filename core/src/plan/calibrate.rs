@@ -153,6 +153,7 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
             peak_bytes: peak.saturating_sub(before),
             seconds,
             micro_batches,
+            frames: None,
         }
     };
     meter.cleanup();
@@ -166,6 +167,9 @@ pub struct Calibration {
     pub memory: MemoryModel,
     pub speed: SpeedModel,
     pub measurements: Vec<StepMeasurement>,
+    /// For a task planned by length: its steps' cost by length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths: Option<super::length_model::LengthModel>,
 }
 
 /// The half precision worth measuring on a device: bf16 on CUDA (f32's range, no loss
@@ -322,6 +326,7 @@ pub fn fit(
             }),
         },
         measurements,
+        lengths: None,
     }
 }
 

@@ -5,6 +5,8 @@
 //! checks the pick with a dry-run step at full size, backing off until one passes.
 
 pub mod calibrate;
+pub mod length_model;
+pub mod lengths;
 pub mod memory;
 pub mod read_ahead;
 pub mod search;
@@ -330,6 +332,7 @@ pub async fn prepare<T: TrainingTask>(
             measured_peak_bytes: measured_peak,
             budget_bytes: planning.budget_bytes,
             fits,
+            frames: None,
         }));
         learn(&mut calibration, measured);
         if fits {
@@ -357,6 +360,25 @@ pub async fn prepare<T: TrainingTask>(
         }
         _ => Err(PlanningError::DryRunsFailed(last)),
     }
+}
+
+/// [`prepare`] for a run whose examples have `lengths` (train and validation; none: all one
+/// size): planned by length ([`lengths::prepare`]) where the task measures by length and
+/// the request leaves the split open, else a fixed count per micro-batch as [`prepare`].
+pub async fn prepare_by_length<T: TrainingTask>(
+    target: Target,
+    task: &T,
+    planning: &Planning,
+    share: RunShare,
+    lengths: &[usize],
+    sink: &mut dyn EventSink,
+) -> Result<Prepared, PlanningError> {
+    let resident = share.resident_bytes.max(in_use_now(target));
+    let request = request_for(task, planning, resident, share.read_ahead)?;
+    if lengths.is_empty() || task.at_length(1).is_none() || !lengths::applies(&request) {
+        return prepare(target, task, planning, share, sink).await;
+    }
+    lengths::prepare(target, task, planning, &request, share, lengths, sink).await
 }
 
 /// Reports a plan whose size was measured, with its breakdown.

@@ -17,7 +17,7 @@ use crate::events::{DatasetReport, Results, ResultsRow};
 use crate::metrics::ErrorCount;
 use crate::model::asr::{AsrNetworks, Utterances};
 use crate::readback::{self, LocalFuture};
-use crate::train::{Evaluation, RunTask, TaskData, TrainError};
+use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
 
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
@@ -39,6 +39,8 @@ pub struct SpeechData {
     test: Vec<Held>,
     normalization: Normalization,
     order: EpochOrder,
+    /// Utterances per step, once each step's are sorted by length (a run split by length).
+    sorted_steps: Option<usize>,
 }
 
 impl SpeechData {
@@ -47,26 +49,26 @@ impl SpeechData {
         self.logmel.compute(&self.config.corpus.audio(key).samples)
     }
 
-    /// Utterances `picked` of `split` as a micro-batch on `device`, standardised; their
-    /// transcripts spelled with `vocabulary`.
+    /// The utterance's frames: kept since `check`, or computed now (the test split's).
+    fn frames_of<'h>(&self, held: &'h Held) -> Cow<'h, Spectrogram> {
+        match &held.frames {
+            Some(frames) => Cow::Borrowed(frames),
+            None => Cow::Owned(self.features(&held.key)),
+        }
+    }
+
+    /// Utterances `picked`, each with its frames, as a micro-batch on `device`,
+    /// standardised; their transcripts spelled with `vocabulary`.
     fn batch(
         &self,
-        picked: &[&Held],
+        picked: &[(&Held, &Spectrogram)],
         vocabulary: &Vocabulary,
         device: &Device,
     ) -> Result<Utterances, TrainError> {
         let mels = self.config.mels;
-        // The test split's frames are computed when scored, not kept.
-        let spectrograms: Vec<Cow<Spectrogram>> = picked
-            .iter()
-            .map(|h| match &h.frames {
-                Some(frames) => Cow::Borrowed(frames),
-                None => Cow::Owned(self.features(&h.key)),
-            })
-            .collect();
-        let longest = spectrograms.iter().map(|s| s.frames).max().unwrap_or(1);
+        let longest = picked.iter().map(|(_, s)| s.frames).max().unwrap_or(1);
         let mut values = vec![0.0f32; picked.len() * longest * mels];
-        for (i, s) in spectrograms.iter().enumerate() {
+        for (i, (_, s)) in picked.iter().enumerate() {
             // [mels, frames] to [frames, mels], standardised; padding stays 0.
             for m in 0..mels {
                 for t in 0..s.frames {
@@ -78,7 +80,7 @@ impl SpeechData {
         }
         let tokens = picked
             .iter()
-            .map(|h| vocabulary.encode(&h.key.transcript))
+            .map(|(h, _)| vocabulary.encode(&h.key.transcript))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| TrainError::Task(e.to_string()))?;
         Ok(Utterances {
@@ -86,9 +88,49 @@ impl SpeechData {
                 TensorData::new(values, [picked.len(), longest, mels]),
                 device,
             ),
-            frames: spectrograms.iter().map(|s| s.frames).collect(),
+            frames: picked.iter().map(|(_, s)| s.frames).collect(),
             tokens,
         })
+    }
+
+    /// A held-out split with its frames, shortest first, in the batches `batches` makes of
+    /// their lengths.
+    fn held_out<'h>(
+        &self,
+        split: &'h [Held],
+        batches: &EvalBatches,
+    ) -> Vec<Vec<(&'h Held, Cow<'h, Spectrogram>)>> {
+        let mut sorted: Vec<(&Held, Cow<Spectrogram>)> =
+            split.iter().map(|h| (h, self.frames_of(h))).collect();
+        sorted.sort_by_key(|(_, s)| s.frames);
+        let lengths: Vec<usize> = sorted.iter().map(|(_, s)| s.frames).collect();
+        let mut rest = sorted.into_iter();
+        batches
+            .sizes(&lengths)
+            .into_iter()
+            .map(|size| rest.by_ref().take(size).collect())
+            .collect()
+    }
+
+    /// Train slots of stream positions `first..first + count`: each epoch shuffled by the
+    /// seed ([`EpochOrder`]) and, once the run's steps are split by length, each step's
+    /// slots sorted by length (ties by slot), so that a micro-batch holds neighbours.
+    fn slots(&mut self, first: u64, count: usize) -> Vec<usize> {
+        let end = first + count as u64;
+        let Some(step) = self.sorted_steps.map(|s| s.max(1) as u64) else {
+            return (first..end).map(|p| self.order.slot(p)).collect();
+        };
+        let mut slots = Vec::with_capacity(count);
+        let mut position = first;
+        while position < end {
+            let start = position / step * step;
+            let mut block: Vec<usize> = (start..start + step).map(|p| self.order.slot(p)).collect();
+            block.sort_by_key(|&i| (self.train[i].frames.as_ref().map_or(0, |s| s.frames), i));
+            let until = end.min(start + step);
+            slots.extend(&block[(position - start) as usize..(until - start) as usize]);
+            position = until;
+        }
+        slots
     }
 
     fn vocabulary(&self) -> Result<&Vocabulary, TrainError> {
@@ -98,25 +140,24 @@ impl SpeechData {
             .ok_or_else(|| TrainError::Task("the vocabulary was not read from the data".into()))
     }
 
-    /// Character and word errors of greedy CTC decoding over `split`, `chunk` utterances
-    /// at once, shortest first (less padding).
+    /// Character and word errors of greedy CTC decoding over `split`, in `batches`
+    /// (shortest first: less padding).
     async fn errors(
         &self,
         networks: &AsrNetworks,
         split: &[Held],
         device: &Device,
-        chunk: usize,
+        batches: &EvalBatches,
     ) -> Result<(ErrorCount, ErrorCount), TrainError> {
         let vocabulary = self.vocabulary()?;
-        let mut order: Vec<&Held> = split.iter().collect();
-        order.sort_by_key(|h| h.frames.as_ref().map_or(0, |s| s.frames));
         let (mut characters, mut words) = (ErrorCount::default(), ErrorCount::default());
-        for part in order.chunks(chunk.max(1)) {
-            let batch = self.batch(part, vocabulary, device)?;
+        for part in self.held_out(split, batches) {
+            let picked: Vec<(&Held, &Spectrogram)> = part.iter().map(|(h, s)| (*h, &**s)).collect();
+            let batch = self.batch(&picked, vocabulary, device)?;
             let (paths, lengths) = networks.ctc_best_path(batch.features, &batch.frames);
             let [_, steps] = paths.dims();
             let paths = readback::floats(paths).await?;
-            for (i, held) in part.iter().enumerate() {
+            for (i, (held, _)) in part.iter().enumerate() {
                 let path: Vec<usize> = paths[i * steps..][..lengths[i]]
                     .iter()
                     .map(|&t| t as usize)
@@ -158,6 +199,7 @@ impl RunTask for AsrConfig {
                 n_mels: self.mels,
             }),
             order: EpochOrder::new(config.seed, train.len()),
+            sorted_steps: None,
             train,
             validation: held(SpeechSplit::Validation),
             test: held(SpeechSplit::Test),
@@ -193,15 +235,16 @@ impl RunTask for AsrConfig {
         networks: &'a AsrNetworks,
         data: &'a SpeechData,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
     ) -> LocalFuture<'a, Result<f64, TrainError>> {
         Box::pin(async move {
             let networks = networks.valid();
             let vocabulary = data.vocabulary()?;
-            let held: Vec<&Held> = data.validation.iter().collect();
             let (mut sum, mut n) = (0.0, 0usize);
-            for part in held.chunks(chunk.max(1)) {
-                let batch = data.batch(part, vocabulary, device)?;
+            for part in data.held_out(&data.validation, batches) {
+                let picked: Vec<(&Held, &Spectrogram)> =
+                    part.iter().map(|(h, s)| (*h, &**s)).collect();
+                let batch = data.batch(&picked, vocabulary, device)?;
                 let loss = networks.loss(batch, self.ctc_weight, Vocabulary::BOUNDARY);
                 sum += f64::from(readback::scalar(loss.total).await?) * part.len() as f64;
                 n += part.len();
@@ -216,7 +259,7 @@ impl RunTask for AsrConfig {
         networks: &'a AsrNetworks,
         data: &'a SpeechData,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
         skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {
@@ -226,7 +269,7 @@ impl RunTask for AsrConfig {
                 if split.is_empty() {
                     continue;
                 }
-                let (characters, words) = data.errors(&networks, split, device, chunk).await?;
+                let (characters, words) = data.errors(&networks, split, device, batches).await?;
                 rows.push(ResultsRow {
                     label: label.into(),
                     examples: split.len(),
@@ -310,11 +353,41 @@ impl TaskData for SpeechData {
         count: usize,
         device: &Device,
     ) -> Result<Utterances, TrainError> {
-        let picked: Vec<usize> = (first..first + count as u64)
-            .map(|position| self.order.slot(position))
-            .collect();
-        let held: Vec<&Held> = picked.iter().map(|&i| &self.train[i]).collect();
-        self.batch(&held, self.vocabulary()?, device)
+        let slots = self.slots(first, count);
+        let picked = slots
+            .iter()
+            .map(|&i| {
+                let held = &self.train[i];
+                let frames = held.frames.as_ref().ok_or_else(|| {
+                    TrainError::Task("the train split was not read before training".into())
+                })?;
+                Ok((held, frames))
+            })
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        self.batch(&picked, self.vocabulary()?, device)
+    }
+
+    fn lengths(&self) -> Vec<usize> {
+        self.train
+            .iter()
+            .chain(&self.validation)
+            .filter_map(|h| h.frames.as_ref().map(|s| s.frames))
+            .collect()
+    }
+
+    fn lengths_at(&mut self, first: u64, count: usize) -> Vec<usize> {
+        self.slots(first, count)
+            .into_iter()
+            .map(|i| self.train[i].frames.as_ref().map_or(0, |s| s.frames))
+            .collect()
+    }
+
+    /// Once the run is split by length, each step's utterances are sorted by length.
+    fn stream(&mut self, config: &TrainConfig, _: &LoaderOptions) {
+        self.sorted_steps = config
+            .length_buckets
+            .is_some()
+            .then(|| config.clips_per_step());
     }
 
     fn normalization(&self) -> Normalization {

@@ -130,6 +130,22 @@ impl TrainingTask for AsrConfig {
         }
     }
 
+    /// Transcripts as long as the run's longest in characters per frame.
+    fn at_length(&self, frames: usize) -> Option<Self> {
+        let Longest {
+            frames: longest,
+            characters,
+        } = self.longest;
+        let frames = frames.max(1);
+        Some(Self {
+            longest: Longest {
+                frames,
+                characters: (characters * frames).div_ceil(longest.max(1)).max(1),
+            },
+            ..self.clone()
+        })
+    }
+
     fn loss(
         &self,
         networks: &AsrNetworks,

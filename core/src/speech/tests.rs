@@ -3,9 +3,20 @@
 
 use headroom_datasets::speech::synthetic::SpeechConfig;
 
+use burn::optim::SgdConfig;
+use burn::tensor::{Distribution, Tensor};
+
 use super::AsrConfig;
+use crate::backend::BackendKind;
 use crate::events::Event;
+use crate::memory::MemoryMeter;
+use crate::model::asr::Utterances;
+use crate::model::flat_parameters;
 use crate::plan::{Fixed, Planning, PlanningError};
+use crate::precision::Precision;
+use crate::readback::block_on;
+use crate::step::accumulate_gradients;
+use crate::task::{StepContext, TrainingTask};
 use crate::train::{BuiltIn, Evaluation, RunOptions, TaskTrainer};
 use crate::{RunLength, TrainConfig};
 
@@ -136,5 +147,84 @@ fn a_speech_run_is_planned_on_whole_utterances_and_refuses_patches() {
         ),
         "{:?}",
         refused.err()
+    );
+}
+
+/// Utterances of `frames`, each its own random features and transcript, padded to the
+/// longest.
+fn utterances(all: &[(Tensor<3>, usize, Vec<usize>)]) -> Utterances {
+    let longest = all.iter().map(|(_, f, _)| *f).max().unwrap();
+    let features = all
+        .iter()
+        .map(|(x, f, _)| {
+            let [_, _, mels] = x.dims();
+            if *f == longest {
+                x.clone()
+            } else {
+                let pad = Tensor::zeros([1, longest - f, mels], &x.device());
+                Tensor::cat(vec![x.clone(), pad], 1)
+            }
+        })
+        .collect();
+    Utterances {
+        features: Tensor::cat(features, 0),
+        frames: all.iter().map(|(_, f, _)| *f).collect(),
+        tokens: all.iter().map(|(_, _, t)| t.clone()).collect(),
+    }
+}
+
+/// The effective batch is exact: a step of four utterances of different lengths packed
+/// into two micro-batches by length gives the gradient of the four in one micro-batch.
+#[test]
+fn a_step_packed_by_length_has_the_gradient_of_the_whole_batch() {
+    let device = BackendKind::Flex.device().unwrap().autodiff();
+    device.seed(11);
+    let task = task();
+    let networks = task.networks(&device);
+    let mels = task.mels;
+    let all: Vec<(Tensor<3>, usize, Vec<usize>)> = [(23, 2), (31, 3), (64, 5), (90, 4)]
+        .iter()
+        .map(|&(frames, words)| {
+            let x = Tensor::random([1, frames, mels], Distribution::Normal(0.0, 1.0), &device);
+            (
+                x,
+                frames,
+                (0..words).map(|w| 3 + (w * 7 + frames) % 20).collect(),
+            )
+        })
+        .collect();
+    let whole = utterances(&all);
+    let (short, long) = (utterances(&all[..2]), utterances(&all[2..]));
+    let context = StepContext {
+        precision: Precision::F32,
+        warming_up: false,
+    };
+    let mut meter = MemoryMeter::new(BackendKind::Flex, &device);
+    let mut gradient_step = |batches: Vec<Utterances>| {
+        let (grads, loss, _) = block_on(accumulate_gradients(
+            &task, &networks, 0, batches, 4, context, &mut meter,
+        ))
+        .unwrap();
+        // Plain SGD at rate 1: parameters move by exactly the gradient.
+        let mut sgd = SgdConfig::new().init();
+        let moved = sgd.step(1.0, networks.clone(), grads);
+        (flat_parameters(&moved), loss)
+    };
+    let (one, one_loss) = gradient_step(vec![whole]);
+    let (split, split_loss) = gradient_step(vec![short, long]);
+    let base = flat_parameters(&networks);
+    let (mut largest, mut worst) = (0.0f32, 0.0f32);
+    for ((a, b), p) in one.iter().zip(&split).zip(&base) {
+        largest = largest.max((a - p).abs());
+        worst = worst.max((a - b).abs());
+    }
+    assert!(largest > 1e-4, "the gradient is not zero: {largest}");
+    assert!(
+        worst <= 1e-4 * largest,
+        "split and whole differ by {worst} (largest gradient {largest})"
+    );
+    assert!(
+        (one_loss - split_loss).abs() <= 1e-5 * one_loss.abs(),
+        "{one_loss} vs {split_loss}"
     );
 }

@@ -89,6 +89,14 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
     /// measures steps with.
     fn measuring_batch(&self, examples: usize, device: &Device) -> Self::Batch;
 
+    /// For examples of every length (utterances): the task whose measuring batches hold
+    /// examples `frames` long, so that the planner measures steps at several lengths and
+    /// plans micro-batches by length (`crate::plan::lengths`). `None` (the default): every
+    /// example is one size.
+    fn at_length(&self, _frames: usize) -> Option<Self> {
+        None
+    }
+
     /// The loss of phase `phase` (an index into [`TrainingTask::phases`]) on one
     /// micro-batch: a mean over its examples, so that the step can weight it by its share.
     fn loss(

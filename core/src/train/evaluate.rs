@@ -7,14 +7,8 @@ use crate::data::LoaderOptions;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
-use super::run_task::{RunTask, TaskData};
+use super::run_task::{EvalBatches, RunTask, TaskData};
 use super::{Evaluation, TaskTrainer, TrainError};
-
-/// Examples on the device at once without autodiff: a training micro-batch's worth, which a
-/// forward pass without autodiff holds in less memory than the plan gave a training step.
-fn eval_chunk(config: &TrainConfig) -> usize {
-    config.split().patches_per_micro_batch().max(1)
-}
 
 impl<T: RunTask> TaskTrainer<T> {
     /// Mean loss over the held-out examples, evaluated without autodiff.
@@ -31,7 +25,7 @@ impl<T: RunTask> TaskTrainer<T> {
                 &self.networks,
                 &self.data,
                 &device,
-                eval_chunk(&self.config),
+                &EvalBatches::of(&self.config),
             )
             .await
     }
@@ -52,7 +46,7 @@ impl<T: RunTask> TaskTrainer<T> {
                 &self.networks,
                 &self.data,
                 &device,
-                eval_chunk(&self.config),
+                &EvalBatches::of(&self.config),
                 Vec::new(),
             )
             .await
@@ -74,6 +68,12 @@ pub async fn evaluate_saved<T: RunTask>(
     data.keep_normalization(loaded.state.normalization);
     let plain = device.without_autodiff();
     let skipped = data.skipped();
-    task.evaluate(&loaded.model, &data, &plain, eval_chunk(&config), skipped)
-        .await
+    task.evaluate(
+        &loaded.model,
+        &data,
+        &plain,
+        &EvalBatches::of(&config),
+        skipped,
+    )
+    .await
 }

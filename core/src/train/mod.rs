@@ -31,7 +31,7 @@ pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, Tr
 pub use evaluate::evaluate_saved;
 pub use patches::PatchData;
 pub use planning::plan_task;
-pub use run_task::{BuiltIn, RunTask, TaskData};
+pub use run_task::{BuiltIn, EvalBatches, RunTask, TaskData};
 
 use crate::backend::BackendError;
 use crate::budget::Budget;

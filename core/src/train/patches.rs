@@ -17,7 +17,7 @@ use crate::plan::ReadAhead;
 use crate::precision::Precision;
 use crate::readback::{self, LocalFuture};
 
-use super::run_task::{BuiltIn, RunTask, TaskData};
+use super::run_task::{BuiltIn, EvalBatches, RunTask, TaskData};
 use super::{Evaluation, TrainError};
 
 impl<C: ModelConfig> RunTask for C {
@@ -88,14 +88,14 @@ impl<C: ModelConfig> RunTask for C {
         model: &'a C::Model,
         data: &'a PatchData,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
     ) -> LocalFuture<'a, Result<f64, TrainError>> {
         Box::pin(async move {
             let model = model.valid();
             let (mut sum, mut n) = (0.0, 0usize);
             for &clip in &data.run.validation {
                 let batch = data.patches_of(clip)?;
-                for part in batch.chunks(chunk) {
+                for part in batch.chunks(batches.examples) {
                     let patches = part.patches;
                     let loss = model.loss(part.to_tensor(device), Precision::F32, false);
                     sum += readback::scalar(loss.total).await? as f64 * patches as f64;
@@ -113,14 +113,14 @@ impl<C: ModelConfig> RunTask for C {
         model: &'a C::Model,
         data: &'a PatchData,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
         mut skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {
             let settings = ScoreSettings {
                 shape: data.spec.shape,
                 stride: data.eval_stride,
-                chunk,
+                chunk: batches.examples,
                 workers: data.run.loader.workers,
                 on_bad_file: data.run.loader.on_bad_file,
             };

@@ -54,9 +54,13 @@ pub(super) async fn prepare_run<T: RunTask>(
             .allocated_bytes,
         read_ahead: counted(config, data.read_ahead(config, loader)),
     };
-    let prepared = crate::plan::prepare(config.target(), task, planning, share, sink).await?;
+    let lengths = data.lengths();
+    let prepared =
+        crate::plan::prepare_by_length(config.target(), task, planning, share, &lengths, sink)
+            .await?;
     let plan = &prepared.plan;
     config.set_split(plan.split());
+    config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());
     config.checkpointing = plan.checkpointing;
     config.precision = plan.precision;
     Ok(prepared)
@@ -95,7 +99,11 @@ pub(super) async fn replan_resumed<T: RunTask>(
     keep.effective_batch = config.effective_batch();
     keep.fixed.n_patches = Some(config.n_patches);
     let mut saved = keep;
-    saved.fixed.micro_batch = asked.fixed.micro_batch.or(Some(config.micro_batch));
+    // A run split by length is planned by length again unless a count is named.
+    saved.fixed.micro_batch = asked
+        .fixed
+        .micro_batch
+        .or((config.length_buckets.is_none()).then_some(config.micro_batch));
     saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
     saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
     let with = |planning| RunOptions {

@@ -1,5 +1,6 @@
 //! Recovering from an out-of-memory step without losing it: the micro-batch is re-planned
-//! from what was measured, the effective batch kept, and the step redone.
+//! from what was measured (by length: every bucket's cap halved), the effective batch kept,
+//! and the step redone.
 
 use crate::config::TrainConfig;
 use crate::events::{Event, EventSink, RecoveryReport};
@@ -58,10 +59,15 @@ impl<T: RunTask> TaskTrainer<T> {
         self.meter.cleanup();
         let c = &self.config;
         let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
-        let next = if in_a_row <= MAX_RECOVERIES_IN_A_ROW {
-            self.recovery_micro_batch(&error, mb).await?
-        } else {
+        let mut halved_buckets = None;
+        let next = if in_a_row > MAX_RECOVERIES_IN_A_ROW {
             None
+        } else if let Some(buckets) = &c.length_buckets {
+            // By length: every bucket's cap halves, and the step is packed again.
+            halved_buckets = buckets.halved();
+            halved_buckets.as_ref().map(|b| b.longest_cap())
+        } else {
+            self.recovery_micro_batch(&error, mb).await?
         };
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
@@ -79,6 +85,9 @@ impl<T: RunTask> TaskTrainer<T> {
         };
         tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
         self.config.set_micro_batch(to_mb);
+        if halved_buckets.is_some() {
+            self.config.length_buckets = halved_buckets;
+        }
         self.data.stream(&self.config, &self.options.loader);
         sink.emit(Event::Recovery(RecoveryReport {
             step: self.step + 1,

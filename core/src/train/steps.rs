@@ -103,7 +103,16 @@ impl<T: RunTask> TaskTrainer<T> {
         let c = &self.config;
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
-        let sizes = c.split().micro_batch_sizes();
+        // By length: the step's examples, sorted by the stream, packed by their lengths.
+        let (sizes, padding) = match &c.length_buckets {
+            Some(buckets) => {
+                let lengths = self.data.lengths_at(first, c.clips_per_step());
+                let sizes = buckets.pack(&lengths);
+                let padding = crate::lengths::padding(&lengths, &sizes);
+                (sizes, Some(padding))
+            }
+            None => (c.split().micro_batch_sizes(), None),
+        };
         // One micro-batch at a time, as the plan measured. A file that fails to read ends
         // the micro-batches early; the step then refuses to update (Incomplete), and the
         // file's error is what the run reports.
@@ -178,13 +187,14 @@ impl<T: RunTask> TaskTrainer<T> {
             grad_norm: outcome.grad_norm,
             patches_per_s: c.effective_batch() as f64 / seconds,
             step_ms: seconds * 1e3,
-            micro_batch: c.micro_batch,
-            accumulation: c.accumulation,
+            micro_batch: sizes.iter().copied().max().unwrap_or(c.micro_batch),
+            accumulation: sizes.len(),
             mem_allocated_bytes: memory.allocated_bytes,
             mem_peak_bytes: memory.peak_bytes,
             mem_reserved_bytes: memory.reserved_bytes,
             mem_budget_bytes: self.meter.budget().and_then(Budget::bytes),
             phases,
+            padding,
         })
     }
 

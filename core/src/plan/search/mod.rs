@@ -292,6 +292,7 @@ pub fn search(
         budget_bytes: request.budget_bytes,
         predicted_patches_per_s: best.patches_per_s,
         reason,
+        lengths: None,
     })
 }
 

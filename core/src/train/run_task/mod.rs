@@ -13,6 +13,7 @@ use burn::tensor::Device;
 use crate::config::TrainConfig;
 use crate::data::{LoaderOptions, Normalization};
 use crate::events::DatasetReport;
+use crate::lengths::LengthBuckets;
 use crate::model::{DefaultBatch, ModelInfo, NamedConfig};
 use crate::plan::ReadAhead;
 use crate::readback::LocalFuture;
@@ -58,26 +59,60 @@ pub trait RunTask: TrainingTask + NamedConfig + Sync {
         Box::pin(async move { Ok(networks) })
     }
 
-    /// The mean loss over the validation split, without autodiff (`device`), at most `chunk`
-    /// examples on the device at once.
+    /// The mean loss over the validation split, without autodiff (`device`), in `batches`.
     fn validation_loss<'a>(
         &'a self,
         networks: &'a Self::Networks,
         data: &'a Self::Data,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
     ) -> LocalFuture<'a, Result<f64, TrainError>>;
 
-    /// What the run is measured by on its test split, without autodiff (`device`), at most
-    /// `chunk` examples on the device at once; `skipped` lists files already left out.
+    /// What the run is measured by on its test split, without autodiff (`device`), in
+    /// `batches`; `skipped` lists files already left out.
     fn evaluate<'a>(
         &'a self,
         networks: &'a Self::Networks,
         data: &'a Self::Data,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
         skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>>;
+}
+
+/// How many held-out examples go to the device at once without autodiff: a training
+/// micro-batch's worth, which a forward pass without autodiff holds in less memory than the
+/// plan gave a training step; by length when the run's steps are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalBatches {
+    /// Examples at once (patches, for the patch task).
+    pub examples: usize,
+    pub by_length: Option<LengthBuckets>,
+}
+
+impl EvalBatches {
+    /// The batches of a run of `config`.
+    pub fn of(config: &TrainConfig) -> Self {
+        Self {
+            examples: config.split().patches_per_micro_batch().max(1),
+            by_length: config.length_buckets.clone(),
+        }
+    }
+
+    /// Batch sizes over examples of `lengths`, sorted ascending (any lengths without a
+    /// length plan): packed by length, or `examples` at a time.
+    pub fn sizes(&self, lengths: &[usize]) -> Vec<usize> {
+        match &self.by_length {
+            Some(buckets) => buckets.pack(lengths),
+            None => {
+                let n = lengths.len();
+                let at_once = self.examples.max(1);
+                (0..n.div_ceil(at_once))
+                    .map(|i| at_once.min(n - i * at_once))
+                    .collect()
+            }
+        }
+    }
 }
 
 /// A kind of training front-ends can pick by name (`crate::registry`): what they list and
@@ -130,6 +165,21 @@ pub trait TaskData {
     /// (Re)starts the train stream for `config`'s split: after the plan, and after a
     /// recovery changed the micro-batch. By default there is nothing to start.
     fn stream(&mut self, _config: &TrainConfig, _loader: &LoaderOptions) {}
+
+    /// For examples of every length (utterances): every train and validation example's
+    /// length in frames, which the planner buckets (`crate::plan::lengths`). Empty (the
+    /// default): every example is one size.
+    fn lengths(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    /// Lengths of the `count` examples from stream position `first` on, in the stream's
+    /// order: a step's, which the loop packs into micro-batches by the run's length buckets.
+    /// Once the split is by length ([`TrainConfig::length_buckets`]) the stream sorts each
+    /// step's examples by length, so a micro-batch holds neighbours. Empty by default.
+    fn lengths_at(&mut self, _first: u64, _count: usize) -> Vec<usize> {
+        Vec::new()
+    }
 
     /// `count` examples from stream position `first` on, on `device`: one micro-batch.
     fn micro_batch(

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{RunTask, TaskData};
+use super::{EvalBatches, RunTask, TaskData};
 use crate::backend::BackendKind;
 use crate::config::{RunLength, TrainConfig};
 use crate::data::{LoaderOptions, Normalization};
@@ -211,12 +211,12 @@ impl RunTask for SequenceMean {
         networks: &'a EncoderAndHead,
         data: &'a SequenceData,
         device: &'a Device,
-        chunk: usize,
+        batches: &'a EvalBatches,
     ) -> LocalFuture<'a, Result<f64, TrainError>> {
         Box::pin(async move {
             let networks = networks.valid();
             let mut sum = 0.0;
-            for part in data.validation.chunks(chunk) {
+            for part in data.validation.chunks(batches.examples) {
                 let part: Vec<&Sequence> = part.iter().collect();
                 let batch = Padded::of(&part, data.normalization, device);
                 sum += readback::scalar(Self::errors(&networks, batch).sum()).await? as f64;
@@ -231,7 +231,7 @@ impl RunTask for SequenceMean {
         networks: &'a EncoderAndHead,
         data: &'a SequenceData,
         device: &'a Device,
-        _: usize,
+        _: &'a EvalBatches,
         skipped: Vec<String>,
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {

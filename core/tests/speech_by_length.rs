@@ -1,0 +1,224 @@
+//! The recogniser planned by length under a budget that its longest utterances fill: the
+//! run holds the plan (no step over the budget or the prediction, no recovery), and a step
+//! that runs out when the budget drops is packed again with halved buckets and redone,
+//! keeping its utterances per step.
+
+use headroom_core::budget::Budget;
+use headroom_core::data::LoaderOptions;
+use headroom_core::events::Event;
+use headroom_core::memory::alloc::CountingAllocator;
+use headroom_core::plan::{Fixed, Planning};
+use headroom_core::speech::AsrConfig;
+use headroom_core::train::{BuiltIn, plan_task};
+use headroom_core::{RunLength, RunOptions, TaskTrainer, TrainConfig};
+use headroom_datasets::speech::synthetic::SpeechConfig;
+
+// The budget guard reads host memory on flex, so this binary counts allocations.
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator(std::alloc::System);
+
+/// The guard reads the whole process's memory: tests here take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+const STEP: usize = 8;
+
+/// A small corpus of short and long utterances (up to about 8 s).
+fn task() -> AsrConfig {
+    AsrConfig {
+        corpus: SpeechConfig {
+            train: 32,
+            validation: 4,
+            test: 4,
+            median_words: 3.0,
+            ..SpeechConfig::default()
+        },
+        ..AsrConfig::default()
+    }
+}
+
+fn config(steps: u64) -> TrainConfig {
+    let mut config = TrainConfig {
+        length: RunLength::Steps(steps),
+        validate_every: 0,
+        checkpoint_every: 0,
+        ..TrainConfig::default()
+    };
+    task().configure(&mut config);
+    config
+}
+
+fn planning(budget: u64) -> Planning {
+    Planning::new(budget, Some(STEP), Fixed::default(), task().default_batch()).unwrap()
+}
+
+/// A budget in which the longest utterances go two at a time, from a roomy plan's model of
+/// this machine's steps by length; and what the run holds beside its steps.
+fn tight_budget() -> (u64, u64) {
+    let roomy = headroom_core::readback::block_on(plan_task(
+        config(1),
+        task(),
+        &planning(4 << 30),
+        &LoaderOptions::default(),
+        &mut Vec::new(),
+    ))
+    .unwrap();
+    let lengths = roomy.plan.lengths.expect("planned by length");
+    assert_eq!(
+        lengths.buckets.longest_cap(),
+        STEP,
+        "a roomy budget holds a whole step"
+    );
+    let model = roomy.calibration.lengths.expect("a model by length");
+    let longest = lengths.buckets.buckets.last().unwrap().frames;
+    let beside = roomy.breakdown.resident;
+    let budget =
+        beside + model.step_bytes(2, longest, true) + model.step_bytes(1, longest, true) / 3;
+    (budget, beside)
+}
+
+fn steps(events: &[Event]) -> Vec<headroom_core::events::StepReport> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_planned_by_length_holds_its_plan() {
+    let _alone = alone();
+    let (budget, _) = tight_budget();
+    let mut trainer = TaskTrainer::<AsrConfig>::new(
+        config(6),
+        RunOptions {
+            planning: Some(planning(budget)),
+            budget: Some(Budget::new(budget)),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let plan = trainer.plan().expect("planned").clone();
+    let lengths = plan.lengths.clone().expect("planned by length");
+    let buckets = &lengths.buckets.buckets;
+    assert!(
+        buckets.last().unwrap().examples < STEP
+            && buckets[0].examples > buckets.last().unwrap().examples,
+        "the longest go fewer at a time than the shortest: {}",
+        lengths.buckets.words()
+    );
+    let mut events = Vec::new();
+    trainer.run(&mut events).unwrap();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Recovery(_))),
+        "no recovery after a fitting dry-run"
+    );
+    let steps = steps(&events);
+    assert_eq!(steps.len(), 6);
+    let mut packed_apart = false;
+    for s in &steps {
+        let padding = s.padding.expect("a step by length reports its frames");
+        assert!(padding.frames > 0 && padding.padded_frames >= padding.frames);
+        assert!(
+            s.mem_peak_bytes <= budget,
+            "step {} peaked at {} over the budget {budget}",
+            s.step,
+            s.mem_peak_bytes
+        );
+        assert!(
+            s.mem_peak_bytes <= plan.predicted_peak_bytes,
+            "step {} peaked at {}, over the prediction {}",
+            s.step,
+            s.mem_peak_bytes,
+            plan.predicted_peak_bytes
+        );
+        packed_apart |= s.accumulation > 1;
+    }
+    assert!(packed_apart, "some step needed more than one micro-batch");
+}
+
+/// Run A finds the step of the largest peak; run B lowers the budget before it, so that it
+/// leaves that step 85% of what it took: the step runs out, is packed again with every
+/// bucket halved, and is redone; the run goes on to its end.
+#[test]
+fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
+    let _alone = alone();
+    let (budget, beside) = tight_budget();
+    let run = |lower: Option<(u64, u64)>| {
+        let guard = Budget::new(budget);
+        let mut trainer = TaskTrainer::<AsrConfig>::new(
+            config(5),
+            RunOptions {
+                planning: Some(planning(budget)),
+                budget: Some(guard.clone()),
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        let mut events = Vec::new();
+        let mut sink = |event: Event| {
+            if let (Event::Step(s), Some((before, to))) = (&event, lower)
+                && s.step == before
+            {
+                guard.set(to);
+            }
+            events.push(event);
+        };
+        trainer.run(&mut sink).unwrap();
+        (trainer, events)
+    };
+    let (_, a) = run(None);
+    let largest = steps(&a)
+        .into_iter()
+        .skip(1)
+        .max_by_key(|s| s.mem_peak_bytes)
+        .unwrap();
+    let lowered = beside + (largest.mem_peak_bytes - beside) * 85 / 100;
+    let (trainer, b) = run(Some((largest.step - 1, lowered)));
+    let recoveries: Vec<_> = b
+        .iter()
+        .filter_map(|e| match e {
+            Event::Recovery(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !recoveries.is_empty(),
+        "the lowered budget forced a recovery"
+    );
+    assert_eq!(recoveries[0].step, largest.step);
+    for r in &recoveries {
+        assert_eq!(
+            r.effective_batch, STEP,
+            "a recovered step keeps its utterances"
+        );
+        assert!(r.to_micro_batch <= r.from_micro_batch);
+    }
+    let planned = trainer.plan().unwrap().lengths.clone().unwrap().buckets;
+    let now = trainer.config().length_buckets.clone().unwrap();
+    for (after, before) in now.buckets.iter().zip(&planned.buckets) {
+        assert_eq!(after.frames, before.frames);
+        assert!(
+            after.examples == 1 || after.examples <= before.examples.div_ceil(2),
+            "halved: {} from {}",
+            now.words(),
+            planned.words()
+        );
+    }
+    let steps = steps(&b);
+    assert_eq!(steps.last().unwrap().step, 5, "the run went on to its end");
+    for s in steps.iter().filter(|s| s.step >= largest.step) {
+        assert!(
+            s.mem_peak_bytes <= lowered,
+            "step {} over the lowered budget",
+            s.step
+        );
+    }
+}
