@@ -26,9 +26,15 @@ impl LengthBucket {
 }
 
 /// A length plan: buckets by ascending length, the last holding the run's longest example.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthBuckets {
     pub buckets: Vec<LengthBucket>,
+    /// Predicted seconds of a micro-batch of `n` examples of `t` padded frames: packing a
+    /// step picks, within the caps, the micro-batches of least predicted time (a long
+    /// example beside short ones pads them all; another micro-batch costs its fixed part).
+    /// `None`: each micro-batch takes as many as its cap allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<LengthCost>,
 }
 
 impl LengthBuckets {
@@ -42,9 +48,17 @@ impl LengthBuckets {
             .map_or(1, |b| b.examples.max(1))
     }
 
-    /// Micro-batch sizes for a step's examples of `lengths`, sorted ascending: each
-    /// micro-batch takes the next examples while its longest one's cap allows.
+    /// Micro-batch sizes for a step's examples of `lengths`, sorted ascending: consecutive
+    /// runs, each within its longest example's cap; of least predicted time when the plan
+    /// predicts time, else each as full as its cap allows.
     pub fn pack(&self, lengths: &[usize]) -> Vec<usize> {
+        match &self.seconds {
+            Some(seconds) => self.pack_fastest(lengths, seconds),
+            None => self.pack_full(lengths),
+        }
+    }
+
+    fn pack_full(&self, lengths: &[usize]) -> Vec<usize> {
         let mut sizes = Vec::new();
         let mut count = 0;
         for &frames in lengths {
@@ -57,6 +71,35 @@ impl LengthBuckets {
         if count > 0 {
             sizes.push(count);
         }
+        sizes
+    }
+
+    /// The split of least predicted time, by dynamic programming over the sorted lengths:
+    /// `best[j]` is the least time of the first `j` examples, its last micro-batch ending at
+    /// `j` and starting where that time is least.
+    fn pack_fastest(&self, lengths: &[usize], seconds: &LengthCost) -> Vec<usize> {
+        let m = lengths.len();
+        let mut best = vec![f64::INFINITY; m + 1];
+        let mut start = vec![0usize; m + 1];
+        best[0] = 0.0;
+        for j in 1..=m {
+            let longest = lengths[j - 1];
+            let cap = self.cap(longest).min(j);
+            for n in 1..=cap {
+                let time = best[j - n] + seconds.at(n, longest).max(0.0);
+                if time < best[j] {
+                    best[j] = time;
+                    start[j] = j - n;
+                }
+            }
+        }
+        let mut sizes = Vec::new();
+        let mut j = m;
+        while j > 0 {
+            sizes.push(j - start[j]);
+            j = start[j];
+        }
+        sizes.reverse();
         sizes
     }
 
@@ -78,6 +121,7 @@ impl LengthBuckets {
     /// every bucket is already one example.
     pub fn halved(&self) -> Option<Self> {
         self.buckets.iter().any(|b| b.examples > 1).then(|| Self {
+            seconds: self.seconds,
             buckets: self
                 .buckets
                 .iter()
@@ -180,6 +224,127 @@ impl Padding {
     }
 }
 
+/// `value = a + n (d + b t + c t^2)` for `n` examples of `t` frames, fitted by least
+/// squares to measured steps, and raised by what it fell short of any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LengthCost {
+    pub fixed: f64,
+    /// What each example costs whatever its length (its transcript's tokens, its masks).
+    #[serde(default)]
+    pub per_example: f64,
+    pub per_frame: f64,
+    pub per_frame_squared: f64,
+    /// The most a measurement exceeded the fit: added to every prediction, so that none
+    /// is below a step measured at its size.
+    pub shortfall: f64,
+}
+
+/// The fit's features of `n` examples of `t` frames (frames in thousands keeps the normal
+/// equations well scaled).
+fn features(n: usize, t: usize) -> [f64; 4] {
+    let (n, t) = (n as f64, t as f64 / 1e3);
+    [1.0, n, n * t, n * t * t]
+}
+
+impl LengthCost {
+    pub fn at(&self, examples: usize, frames: usize) -> f64 {
+        let (n, t) = (examples as f64, frames as f64);
+        self.fixed
+            + n * (self.per_example + self.per_frame * t + self.per_frame_squared * t * t)
+            + self.shortfall
+    }
+
+    /// The least-squares fit to `(examples, frames, value)`, its coefficients kept at zero
+    /// or above (a negative cost is noise on a small term): of the fits of every subset of
+    /// the terms whose coefficients are, the closest.
+    pub fn fit(points: &[(usize, usize, f64)]) -> Option<Self> {
+        if points.is_empty() {
+            return None;
+        }
+        let mut best: Option<(f64, [f64; 4])> = None;
+        // The fixed term always; the other three in or out, fewest first: a simpler cost
+        // that fits as closely extrapolates better, and wins ties.
+        let mut masks: Vec<u8> = (0..8).collect();
+        masks.sort_by_key(|m| m.count_ones());
+        for mask in masks {
+            let subset: Vec<usize> = std::iter::once(0)
+                .chain((1..4).filter(|i| mask & (1 << (i - 1)) != 0))
+                .collect();
+            let Some(coefficients) = least_squares(points, &subset) else {
+                continue;
+            };
+            if coefficients.iter().any(|&c| c < 0.0) {
+                continue;
+            }
+            let residual: f64 = points
+                .iter()
+                .map(|&(n, t, v)| {
+                    let x = features(n, t);
+                    (v - (0..4).map(|i| x[i] * coefficients[i]).sum::<f64>()).powi(2)
+                })
+                .sum();
+            if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9) - 1e-9) {
+                best = Some((residual, coefficients));
+            }
+        }
+        let (_, [a, d, b, c]) = best?;
+        let mut cost = Self {
+            fixed: a,
+            per_example: d,
+            per_frame: b / 1e3,
+            per_frame_squared: c / 1e6,
+            shortfall: 0.0,
+        };
+        cost.shortfall = points
+            .iter()
+            .map(|&(n, t, v)| v - cost.at(n, t))
+            .fold(0.0, f64::max);
+        Some(cost)
+    }
+}
+
+/// Least squares over the features of `subset` (the others' coefficients zero); `None`
+/// when the points do not determine them.
+fn least_squares(points: &[(usize, usize, f64)], subset: &[usize]) -> Option<[f64; 4]> {
+    let k = subset.len();
+    if points.len() < k {
+        return None;
+    }
+    // The normal equations, [X'X | X'y], solved by elimination with partial pivoting.
+    let mut m = vec![vec![0.0; k + 1]; k];
+    for &(n, t, v) in points {
+        let x = features(n, t);
+        for (i, &fi) in subset.iter().enumerate() {
+            for (j, &fj) in subset.iter().enumerate() {
+                m[i][j] += x[fi] * x[fj];
+            }
+            m[i][k] += x[fi] * v;
+        }
+    }
+    let scale = m.iter().map(|row| row[0].abs()).fold(1.0, f64::max);
+    for col in 0..k {
+        let pivot = (col..k).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[pivot][col].abs() < 1e-12 * scale {
+            return None;
+        }
+        m.swap(col, pivot);
+        let pivot_row = m[col].clone();
+        for (row, values) in m.iter_mut().enumerate() {
+            if row != col {
+                let factor = values[col] / pivot_row[col];
+                for (value, p) in values.iter_mut().zip(&pivot_row).skip(col) {
+                    *value -= factor * p;
+                }
+            }
+        }
+    }
+    let mut coefficients = [0.0; 4];
+    for (i, &f) in subset.iter().enumerate() {
+        coefficients[f] = m[i][k] / m[i][i];
+    }
+    Some(coefficients)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +355,7 @@ mod tests {
                 .iter()
                 .map(|&(frames, examples)| LengthBucket { frames, examples })
                 .collect(),
+            seconds: None,
         }
     }
 
@@ -209,6 +375,33 @@ mod tests {
             start += size;
         }
         assert_eq!(buckets.cap(5_000), 1, "longer than planned: one at a time");
+    }
+
+    /// Packing by predicted time: a costly micro-batch packs as full as the caps allow; a
+    /// cheap one leaves a long example apart rather than pad short ones to it.
+    #[test]
+    fn a_step_is_packed_for_the_least_predicted_time() {
+        let lengths = [100, 110, 120, 130, 1_000];
+        let mut buckets = plan(&[(200, 8), (1_000, 8)]);
+        let time = |fixed: f64| LengthCost {
+            fixed,
+            per_example: 0.0,
+            per_frame: 1e-3,
+            per_frame_squared: 0.0,
+            shortfall: 0.0,
+        };
+        buckets.seconds = Some(time(0.1));
+        assert_eq!(buckets.pack(&lengths), vec![4, 1], "the long one apart");
+        buckets.seconds = Some(time(100.0));
+        assert_eq!(buckets.pack(&lengths), vec![5], "one micro-batch when each costs most");
+        buckets.seconds = None;
+        assert_eq!(buckets.pack(&lengths), vec![5], "as full as the caps allow");
+        // Within the caps whatever the time.
+        let tight = LengthBuckets {
+            seconds: Some(time(100.0)),
+            ..plan(&[(200, 2), (1_000, 1)])
+        };
+        assert_eq!(tight.pack(&lengths), vec![2, 2, 1]);
     }
 
     #[test]

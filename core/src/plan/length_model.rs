@@ -7,128 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::events::planned::StepMeasurement;
-use crate::lengths::{self, BUCKETS, LengthBucket, LengthBuckets, Padding};
-
-/// `value = a + n (d + b t + c t^2)` for `n` examples of `t` frames, fitted by least
-/// squares to measured steps, and raised by what it fell short of any of them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LengthCost {
-    pub fixed: f64,
-    /// What each example costs whatever its length (its transcript's tokens, its masks).
-    #[serde(default)]
-    pub per_example: f64,
-    pub per_frame: f64,
-    pub per_frame_squared: f64,
-    /// The most a measurement exceeded the fit: added to every prediction, so that none
-    /// is below a step measured at its size.
-    pub shortfall: f64,
-}
-
-/// The fit's features of `n` examples of `t` frames (frames in thousands keeps the normal
-/// equations well scaled).
-fn features(n: usize, t: usize) -> [f64; 4] {
-    let (n, t) = (n as f64, t as f64 / 1e3);
-    [1.0, n, n * t, n * t * t]
-}
-
-impl LengthCost {
-    pub fn at(&self, examples: usize, frames: usize) -> f64 {
-        let (n, t) = (examples as f64, frames as f64);
-        self.fixed
-            + n * (self.per_example + self.per_frame * t + self.per_frame_squared * t * t)
-            + self.shortfall
-    }
-
-    /// The least-squares fit to `(examples, frames, value)`, its coefficients kept at zero
-    /// or above (a negative cost is noise on a small term): of the fits of every subset of
-    /// the terms whose coefficients are, the closest.
-    pub fn fit(points: &[(usize, usize, f64)]) -> Option<Self> {
-        if points.is_empty() {
-            return None;
-        }
-        let mut best: Option<(f64, [f64; 4])> = None;
-        // The fixed term always; the other three in or out, fewest first: a simpler cost
-        // that fits as closely extrapolates better, and wins ties.
-        let mut masks: Vec<u8> = (0..8).collect();
-        masks.sort_by_key(|m| m.count_ones());
-        for mask in masks {
-            let subset: Vec<usize> = std::iter::once(0)
-                .chain((1..4).filter(|i| mask & (1 << (i - 1)) != 0))
-                .collect();
-            let Some(coefficients) = least_squares(points, &subset) else {
-                continue;
-            };
-            if coefficients.iter().any(|&c| c < 0.0) {
-                continue;
-            }
-            let residual: f64 = points
-                .iter()
-                .map(|&(n, t, v)| {
-                    let x = features(n, t);
-                    (v - (0..4).map(|i| x[i] * coefficients[i]).sum::<f64>()).powi(2)
-                })
-                .sum();
-            if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9) - 1e-9) {
-                best = Some((residual, coefficients));
-            }
-        }
-        let (_, [a, d, b, c]) = best?;
-        let mut cost = Self {
-            fixed: a,
-            per_example: d,
-            per_frame: b / 1e3,
-            per_frame_squared: c / 1e6,
-            shortfall: 0.0,
-        };
-        cost.shortfall = points
-            .iter()
-            .map(|&(n, t, v)| v - cost.at(n, t))
-            .fold(0.0, f64::max);
-        Some(cost)
-    }
-}
-
-/// Least squares over the features of `subset` (the others' coefficients zero); `None`
-/// when the points do not determine them.
-fn least_squares(points: &[(usize, usize, f64)], subset: &[usize]) -> Option<[f64; 4]> {
-    let k = subset.len();
-    if points.len() < k {
-        return None;
-    }
-    // The normal equations, [X'X | X'y], solved by elimination with partial pivoting.
-    let mut m = vec![vec![0.0; k + 1]; k];
-    for &(n, t, v) in points {
-        let x = features(n, t);
-        for (i, &fi) in subset.iter().enumerate() {
-            for (j, &fj) in subset.iter().enumerate() {
-                m[i][j] += x[fi] * x[fj];
-            }
-            m[i][k] += x[fi] * v;
-        }
-    }
-    let scale = m.iter().map(|row| row[0].abs()).fold(1.0, f64::max);
-    for col in 0..k {
-        let pivot = (col..k).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
-        if m[pivot][col].abs() < 1e-12 * scale {
-            return None;
-        }
-        m.swap(col, pivot);
-        let pivot_row = m[col].clone();
-        for (row, values) in m.iter_mut().enumerate() {
-            if row != col {
-                let factor = values[col] / pivot_row[col];
-                for (value, p) in values.iter_mut().zip(&pivot_row).skip(col) {
-                    *value -= factor * p;
-                }
-            }
-        }
-    }
-    let mut coefficients = [0.0; 4];
-    for (i, &f) in subset.iter().enumerate() {
-        coefficients[f] = m[i][k] / m[i][i];
-    }
-    Some(coefficients)
-}
+use crate::lengths::{self, BUCKETS, LengthBucket, LengthBuckets, LengthCost, Padding};
 
 /// What a task's steps cost by length: bytes of a single micro-batch's step and seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -237,7 +116,10 @@ impl LengthModel {
         for i in (0..buckets.len().saturating_sub(1)).rev() {
             buckets[i].examples = buckets[i].examples.max(buckets[i + 1].examples);
         }
-        Ok(LengthBuckets { buckets })
+        Ok(LengthBuckets {
+            buckets,
+            seconds: Some(self.seconds),
+        })
     }
 
     /// The predicted peak over every bucket's full micro-batch.

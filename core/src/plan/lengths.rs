@@ -18,7 +18,8 @@ use crate::events::planned::{LengthPlan, Plan, StepMeasurement};
 use crate::events::{DryRunReport, Event, EventSink};
 use crate::lengths::{LengthBucket, LengthBuckets};
 
-pub use super::length_model::{LengthCost, LengthModel};
+pub use super::length_model::LengthModel;
+pub use crate::lengths::LengthCost;
 use crate::precision::Precision;
 use crate::task::TrainingTask;
 

@@ -104,15 +104,13 @@ impl<T: RunTask> TaskTrainer<T> {
         let lr = schedule::cosine_lr(c.lr, c.min_lr, self.step, self.total_steps);
         let first = self.step * c.clips_per_step() as u64;
         // By length: the step's examples, sorted by the stream, packed by their lengths.
-        let (sizes, padding) = match &c.length_buckets {
-            Some(buckets) => {
-                let lengths = self.data.lengths_at(first, c.clips_per_step());
-                let sizes = buckets.pack(&lengths);
-                let padding = crate::lengths::padding(&lengths, &sizes);
-                (sizes, Some(padding))
-            }
-            None => (c.split().micro_batch_sizes(), None),
+        // Examples of every length report their padding either way.
+        let lengths = self.data.lengths_at(first, c.clips_per_step());
+        let sizes = match &c.length_buckets {
+            Some(buckets) => buckets.pack(&lengths),
+            None => c.split().micro_batch_sizes(),
         };
+        let padding = (!lengths.is_empty()).then(|| crate::lengths::padding(&lengths, &sizes));
         // One micro-batch at a time, as the plan measured. A file that fails to read ends
         // the micro-batches early; the step then refuses to update (Incomplete), and the
         // file's error is what the run reports.

@@ -83,7 +83,7 @@ pub trait RunTask: TrainingTask + NamedConfig + Sync {
 /// How many held-out examples go to the device at once without autodiff: a training
 /// micro-batch's worth, which a forward pass without autodiff holds in less memory than the
 /// plan gave a training step; by length when the run's steps are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EvalBatches {
     /// Examples at once (patches, for the patch task).
     pub examples: usize,
@@ -174,9 +174,10 @@ pub trait TaskData {
     }
 
     /// Lengths of the `count` examples from stream position `first` on, in the stream's
-    /// order: a step's, which the loop packs into micro-batches by the run's length buckets.
-    /// Once the split is by length ([`TrainConfig::length_buckets`]) the stream sorts each
-    /// step's examples by length, so a micro-batch holds neighbours. Empty by default.
+    /// order: a step's, which the loop packs into micro-batches by the run's length buckets
+    /// (and reports the padding of, whatever the split). Once the split is by length
+    /// ([`TrainConfig::length_buckets`]) the stream sorts each step's examples by length, so
+    /// a micro-batch holds neighbours. Empty by default.
     fn lengths_at(&mut self, _first: u64, _count: usize) -> Vec<usize> {
         Vec::new()
     }
