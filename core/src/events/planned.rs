@@ -32,9 +32,14 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthPlan {
     pub buckets: LengthBuckets,
-    /// The share of padded frames that is padding, over an epoch of the train split's
-    /// lengths in steps of the effective batch.
+    /// The share of padded frames that is padding, over epochs of the train split's
+    /// lengths in shuffled steps of the effective batch, packed as the run packs them (the
+    /// plan's predicted peak is the largest micro-batch of those epochs).
     pub predicted_padding: f64,
+    /// The most any step may reach (resident bytes included): every bucket full, at the
+    /// longest it holds. At most the budget.
+    #[serde(default)]
+    pub most_bytes: u64,
 }
 
 impl Plan {

@@ -132,39 +132,54 @@ impl LengthModel {
             .unwrap_or(0)
     }
 
-    /// Padding and examples per second over an epoch of `lengths` in shuffled steps of
-    /// `effective_batch`, each sorted and packed by `buckets`, as a run packs them.
-    pub fn epoch(
+    /// What `epochs` epochs of `lengths` in shuffled steps of `effective_batch`, each sorted
+    /// and packed by `buckets` as a run packs them, are predicted to pad, run and reach.
+    pub fn epochs(
         &self,
         buckets: &LengthBuckets,
         lengths: &[usize],
         effective_batch: usize,
-    ) -> (Padding, f64) {
-        let mut order = lengths.to_vec();
-        order.shuffle(&mut ChaCha8Rng::seed_from_u64(0));
-        let (mut padding, mut seconds) = (Padding::default(), 0.0);
-        for step in order.chunks(effective_batch.max(1)) {
-            let mut step = step.to_vec();
-            step.sort_unstable();
-            let sizes = buckets.pack(&step);
-            padding.add(lengths::padding(&step, &sizes));
-            let mut rest = step.as_slice();
-            for size in sizes {
-                let (batch, after) = rest.split_at(size);
-                seconds += self
-                    .seconds
-                    .at(size, batch.last().copied().unwrap_or(0))
-                    .max(0.0);
-                rest = after;
+        epochs: u64,
+    ) -> Predicted {
+        let mut predicted = Predicted::default();
+        let mut seconds = 0.0;
+        for epoch in 0..epochs {
+            let mut order = lengths.to_vec();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(epoch));
+            for step in order.chunks(effective_batch.max(1)) {
+                let mut step = step.to_vec();
+                step.sort_unstable();
+                let sizes = buckets.pack(&step);
+                predicted.padding.add(lengths::padding(&step, &sizes));
+                let accumulating = sizes.len() > 1;
+                let mut rest = step.as_slice();
+                for size in sizes {
+                    let (batch, after) = rest.split_at(size);
+                    let longest = batch.last().copied().unwrap_or(0);
+                    seconds += self.seconds.at(size, longest).max(0.0);
+                    predicted.step_bytes =
+                        predicted
+                            .step_bytes
+                            .max(self.step_bytes(size, longest, accumulating));
+                    rest = after;
+                }
             }
         }
-        let per_s = if seconds > 0.0 {
-            lengths.len() as f64 / seconds
-        } else {
-            0.0
-        };
-        (padding, per_s)
+        if seconds > 0.0 {
+            predicted.examples_per_s = (lengths.len() as u64 * epochs) as f64 / seconds;
+        }
+        predicted
     }
+}
+
+/// What a length plan's steps are predicted to do over whole epochs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Predicted {
+    pub padding: Padding,
+    pub examples_per_s: f64,
+    /// The largest step's bytes (beside what is resident): the peak a run is predicted to
+    /// reach, where every bucket full is the most it may.
+    pub step_bytes: u64,
 }
 
 #[cfg(test)]

@@ -51,6 +51,11 @@ async fn measure_at<T: TrainingTask>(
     Ok(m)
 }
 
+/// Epochs of the train lengths, shuffled, over which a plan predicts the run's padding,
+/// speed and peak: the peak is the largest micro-batch the packing makes, and a few epochs
+/// meet most of the combinations of long utterances a run's steps draw.
+pub const PREDICTED_EPOCHS: u64 = 4;
+
 /// Whether `request` leaves the split to a length plan: micro-batch and accumulation open,
 /// f32 without checkpointing (what planning by length measures). Otherwise the run is a
 /// fixed count per micro-batch, planned at its longest example.
@@ -193,7 +198,9 @@ fn accept<T: TrainingTask>(
         calibrate::fit(target.backend, at_longest, model.accumulation_bytes);
     calibration.measurements = measurements;
     calibration.lengths = Some(model);
-    let (padding, per_s) = model.epoch(&buckets, lengths, effective_batch);
+    let predicted = model.epochs(&buckets, lengths, effective_batch, PREDICTED_EPOCHS);
+    let padding = predicted.padding;
+    let most_bytes = beside + model.peak(&buckets, effective_batch);
     let cap = buckets.longest_cap();
     let shortest = buckets.buckets.first().copied();
     let plan = Plan {
@@ -203,9 +210,9 @@ fn accept<T: TrainingTask>(
         checkpointing: false,
         precision: Precision::F32,
         effective_batch,
-        predicted_peak_bytes: beside + model.peak(&buckets, effective_batch),
+        predicted_peak_bytes: beside + predicted.step_bytes,
         budget_bytes: planning.budget_bytes,
-        predicted_patches_per_s: per_s,
+        predicted_patches_per_s: predicted.examples_per_s,
         reason: format!(
             "by length: from {} of the shortest to {} of the longest ({longest} frames) per \
              micro-batch, {effective_batch} per step; {:.0}% padding predicted",
@@ -216,6 +223,7 @@ fn accept<T: TrainingTask>(
         lengths: Some(LengthPlan {
             buckets,
             predicted_padding: padding.share(),
+            most_bytes,
         }),
     };
     let breakdown = super::breakdown_of(task, &plan, resident, &calibration);

@@ -123,7 +123,8 @@ fn an_epoch_is_predicted_over_sorted_packed_steps() {
     let buckets = model
         .buckets(&lengths, effective_batch, 150_000_000)
         .unwrap();
-    let (padding, per_s) = model.epoch(&buckets, &lengths, effective_batch);
+    let predicted = model.epochs(&buckets, &lengths, effective_batch, 1);
+    let (padding, per_s) = (predicted.padding, predicted.examples_per_s);
     let mut shuffled = lengths.clone();
     shuffled.shuffle(&mut ChaCha8Rng::seed_from_u64(0));
     let (mut sorted_padding, mut drawn_padding, mut seconds) =
