@@ -42,6 +42,8 @@ pub enum Setting {
     SampleRate,
     /// The folder of a dataset in the DCASE layout.
     DataRoot,
+    /// The speech recogniser's train recordings (a manifest or a LibriSpeech folder).
+    SpeechTrain,
     /// One machine type of the dataset's folder.
     MachineType,
     /// The mel bands of the recordings' features.
@@ -86,6 +88,7 @@ impl Setting {
             Setting::Resample => "resampling",
             Setting::SampleRate => "the sample rate",
             Setting::DataRoot => "the data root",
+            Setting::SpeechTrain => "the speech recordings",
             Setting::MachineType => "the machine type",
             Setting::NMels => "the mel bands",
             Setting::Steps => "the steps",

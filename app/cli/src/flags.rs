@@ -39,6 +39,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::Resample => "--resample",
         Setting::SampleRate => "--sample-rate",
         Setting::DataRoot => "--data-root",
+        Setting::SpeechTrain => "--speech-train",
         Setting::MachineType => "--machine-type",
         Setting::NMels => "--n-mels",
         Setting::Steps => "--steps",

@@ -49,6 +49,14 @@ fn data(args: &DataArgs, machine_ids: Option<u32>, train_clips_per_id: Option<us
         train_clips_per_id,
         // The built-in dataset's test split keeps its size on the command line.
         test_clips_per_id: None,
+        speech: args
+            .speech_train
+            .clone()
+            .map(|train| headroom_core::speech::SpeechFiles {
+                train,
+                validation: args.speech_validation.clone(),
+                test: args.speech_test.clone(),
+            }),
     }
 }
 

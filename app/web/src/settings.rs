@@ -228,6 +228,9 @@ impl PageSettings {
                 machine_ids: self.ids,
                 train_clips_per_id: self.train_clips,
                 test_clips_per_id: self.test_clips,
+                // The page reads a picked folder's machine sounds; speech recordings are
+                // read from disk by the command line only, so far.
+                speech: None,
             },
             split: SplitSpec {
                 micro_batch: self.batch,

@@ -21,6 +21,7 @@ use crate::plan::{Fixed, Planning, RequestError};
 use crate::precision::Precision;
 use crate::registry::info_of;
 use crate::setting::{Described, PlainWords, Setting, Wording};
+use crate::speech::{AsrConfig, SpeechFiles};
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -83,6 +84,8 @@ pub struct DataSpec {
     pub train_clips_per_id: Option<usize>,
     /// The built-in dataset's normal, and anomalous, test clips per machine ID.
     pub test_clips_per_id: Option<usize>,
+    /// The speech recogniser's recordings, by split, instead of its generated corpus.
+    pub speech: Option<SpeechFiles>,
 }
 
 /// How a step is split and its patches cut, where the user fixes it.
@@ -152,6 +155,12 @@ pub enum SpecError {
         mels: usize,
     },
     EffectiveBatchWithoutPlanner,
+    /// Speech recordings given for a model that does not read them.
+    SpeechForModel {
+        model: String,
+    },
+    /// Speech recordings and a setting of machine sounds (the data root, their sizes).
+    SpeechWith(Setting),
     Model(ModelError),
     Request(RequestError),
     UnknownDevice(UnknownDevice),
@@ -183,6 +192,20 @@ impl Described for SpecError {
                 words.setting(Setting::PatchesPerSpectrogram),
                 words.setting(Setting::Accumulation)
             ),
+            SpecError::SpeechForModel { model } => format!(
+                "{} lists speech, which {} trains on; {} does not read it",
+                words.setting(Setting::SpeechTrain),
+                words.given(
+                    Setting::Model,
+                    <AsrConfig as crate::model::NamedConfig>::NAME
+                ),
+                words.given(Setting::Model, model)
+            ),
+            SpecError::SpeechWith(setting) => format!(
+                "{} describes machine sounds; a speech run reads {} alone",
+                words.setting(*setting),
+                words.setting(Setting::SpeechTrain)
+            ),
             SpecError::Model(error) => error.describe(words),
             SpecError::Request(error) => error.describe(words),
             SpecError::UnknownDevice(error) => error.to_string(),
@@ -212,7 +235,9 @@ fn given<T>(slot: &mut T, value: Option<T>) {
 impl RunSpec {
     /// The model the run trains: the one named, else the default.
     pub fn model_name(&self) -> &str {
-        self.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME)
+        self.model
+            .as_deref()
+            .unwrap_or(<VqAutoencoderConfig as ModelConfig>::NAME)
     }
 
     /// The clips the spec names: the recordings under the data root, else the built-in
@@ -283,6 +308,9 @@ impl RunSpec {
                 });
             }
         }
+        if let Some(files) = &self.data.speech {
+            self.speech_into(&mut c, files)?;
+        }
         let split = &self.split;
         given(&mut c.micro_batch, split.micro_batch);
         given(&mut c.n_patches, split.n_patches);
@@ -300,6 +328,34 @@ impl RunSpec {
         given(&mut c.validate_every, self.validate_every);
         given(&mut c.empty_cache_every, self.empty_cache_every);
         Ok(c)
+    }
+
+    /// Makes `c`'s recogniser read `files`: only the speech model reads them, and no
+    /// setting of machine sounds goes with them.
+    fn speech_into(&self, c: &mut TrainConfig, files: &SpeechFiles) -> Result<(), SpecError> {
+        let d = &self.data;
+        let machine_sounds = [
+            (Setting::DataRoot, d.root.is_some()),
+            (Setting::MachineType, d.machine_type.is_some()),
+            (Setting::NMels, d.n_mels.is_some()),
+            (Setting::SampleRate, d.sample_rate.is_some()),
+            (Setting::Resample, d.resample),
+            (Setting::MachineIds, d.machine_ids.is_some()),
+            (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
+            (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
+        ];
+        if let Some((setting, _)) = machine_sounds.iter().find(|(_, given)| *given) {
+            return Err(SpecError::SpeechWith(*setting));
+        }
+        if self.model_name() != <AsrConfig as crate::model::NamedConfig>::NAME {
+            return Err(SpecError::SpeechForModel {
+                model: self.model_name().to_string(),
+            });
+        }
+        let mut task: AsrConfig = c.model.config()?;
+        task.files = Some(files.clone());
+        c.model = crate::model::ModelSpec::of(&task);
+        Ok(())
     }
 
     /// Where the budget comes from: the device's free memory is measured by the front-end

@@ -6,13 +6,17 @@ use std::borrow::Cow;
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use headroom_datasets::FileError;
+use headroom_datasets::speech::synthetic::{SpeechConfig, SpeechSplit};
 use headroom_datasets::speech::vocab::Vocabulary;
 use headroom_datasets::{LogMel, LogMelConfig, Spectrogram};
 
+use super::corpus::{self, Source};
 use super::{AsrConfig, Longest};
 use crate::config::TrainConfig;
-use crate::data::{EpochOrder, LoaderOptions, Normalization};
+use crate::data::{EpochOrder, LoaderOptions, Normalization, OnBadFile, report_bad_files};
 use crate::events::{DatasetReport, Results, ResultsRow};
 use crate::metrics::ErrorCount;
 use crate::model::asr::{AsrNetworks, Utterances};
@@ -22,9 +26,12 @@ use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
 
-/// One utterance as the run holds it: its transcript and, once read, its frames.
+/// A held utterance with its frames, kept or computed.
+type WithFrames<'h> = (&'h Held, Cow<'h, Spectrogram>);
+
+/// One utterance as the run holds it: where it comes from and, once read, its frames.
 struct Held {
-    key: SpeechKey,
+    source: Source,
     /// `[mels, frames]`, as the frontend gives them (a micro-batch transposes them).
     frames: Option<Spectrogram>,
 }
@@ -39,30 +46,37 @@ pub struct SpeechData {
     test: Vec<Held>,
     normalization: Normalization,
     order: EpochOrder,
+    order_seed: u64,
+    /// Bad files: failed on, or left out and listed.
+    on_bad_file: OnBadFile,
+    skipped: Vec<String>,
+    /// Recordings read at another rate than the corpus's (resampled).
+    resampled: AtomicUsize,
     /// Utterances per step, once each step's are sorted by length (a run split by length).
     sorted_steps: Option<usize>,
 }
 
 impl SpeechData {
-    /// The utterance's log-mel, `[mels, frames]`.
-    fn features(&self, key: &SpeechKey) -> Spectrogram {
-        self.logmel.compute(&self.config.corpus.audio(key).samples)
+    /// The utterance's log-mel, `[mels, frames]`, from its samples at the corpus's rate.
+    fn features(&self, source: &Source) -> Result<Spectrogram, FileError> {
+        features(&self.logmel, &self.config.corpus, source, &self.resampled)
     }
 
     /// The utterance's frames: kept since `check`, or computed now (the test split's).
-    fn frames_of<'h>(&self, held: &'h Held) -> Cow<'h, Spectrogram> {
+    fn frames_of<'h>(&self, held: &'h Held) -> Result<Cow<'h, Spectrogram>, FileError> {
         match &held.frames {
-            Some(frames) => Cow::Borrowed(frames),
-            None => Cow::Owned(self.features(&held.key)),
+            Some(frames) => Ok(Cow::Borrowed(frames)),
+            None => self.features(&held.source).map(Cow::Owned),
         }
     }
 
     /// Utterances `picked`, each with its frames, as a micro-batch on `device`,
-    /// standardised; their transcripts spelled with `vocabulary`.
+    /// standardised; their transcripts spelled with `vocabulary` (none: scoring, which
+    /// compares the decoded text with the transcript and needs no tokens).
     fn batch(
         &self,
         picked: &[(&Held, &Spectrogram)],
-        vocabulary: &Vocabulary,
+        vocabulary: Option<&Vocabulary>,
         device: &Device,
     ) -> Result<Utterances, TrainError> {
         let mels = self.config.mels;
@@ -78,11 +92,17 @@ impl SpeechData {
             let row = &mut values[i * longest * mels..][..s.frames * mels];
             self.normalization.apply(row);
         }
-        let tokens = picked
-            .iter()
-            .map(|(h, _)| vocabulary.encode(&h.key.transcript))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TrainError::Task(e.to_string()))?;
+        let tokens = match vocabulary {
+            Some(vocabulary) => picked
+                .iter()
+                .map(|(h, _)| {
+                    vocabulary
+                        .encode(h.source.transcript())
+                        .map_err(|e| TrainError::Task(format!("{}: {e}", h.source.name())))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![Vec::new(); picked.len()],
+        };
         Ok(Utterances {
             features: Tensor::from_data(
                 TensorData::new(values, [picked.len(), longest, mels]),
@@ -94,22 +114,30 @@ impl SpeechData {
     }
 
     /// A held-out split with its frames, shortest first, in the batches `batches` makes of
-    /// their lengths.
+    /// their lengths. A recording that cannot be read fails the split, or with bad files
+    /// left out is left out and named in `skipped`.
     fn held_out<'h>(
         &self,
         split: &'h [Held],
         batches: &EvalBatches,
-    ) -> Vec<Vec<(&'h Held, Cow<'h, Spectrogram>)>> {
-        let mut sorted: Vec<(&Held, Cow<Spectrogram>)> =
-            split.iter().map(|h| (h, self.frames_of(h))).collect();
+        skipped: &mut Vec<String>,
+    ) -> Result<Vec<Vec<WithFrames<'h>>>, TrainError> {
+        let mut sorted: Vec<(&Held, Cow<Spectrogram>)> = Vec::with_capacity(split.len());
+        for h in split {
+            match (self.frames_of(h), self.on_bad_file) {
+                (Ok(frames), _) => sorted.push((h, frames)),
+                (Err(e), OnBadFile::Skip) => skipped.push(e.to_string()),
+                (Err(e), OnBadFile::Fail) => return Err(e.into()),
+            }
+        }
         sorted.sort_by_key(|(_, s)| s.frames);
         let lengths: Vec<usize> = sorted.iter().map(|(_, s)| s.frames).collect();
         let mut rest = sorted.into_iter();
-        batches
+        Ok(batches
             .sizes(&lengths)
             .into_iter()
             .map(|size| rest.by_ref().take(size).collect())
-            .collect()
+            .collect())
     }
 
     /// Train slots of stream positions `first..first + count`: each epoch shuffled by the
@@ -148,12 +176,13 @@ impl SpeechData {
         split: &[Held],
         device: &Device,
         batches: &EvalBatches,
-    ) -> Result<(ErrorCount, ErrorCount), TrainError> {
+        skipped: &mut Vec<String>,
+    ) -> Result<Scored, TrainError> {
         let vocabulary = self.vocabulary()?;
-        let (mut characters, mut words) = (ErrorCount::default(), ErrorCount::default());
-        for part in self.held_out(split, batches) {
+        let mut scored = Scored::default();
+        for part in self.held_out(split, batches, skipped)? {
             let picked: Vec<(&Held, &Spectrogram)> = part.iter().map(|(h, s)| (*h, &**s)).collect();
-            let batch = self.batch(&picked, vocabulary, device)?;
+            let batch = self.batch(&picked, None, device)?;
             let (paths, lengths) = networks.ctc_best_path(batch.features, &batch.frames);
             let [_, steps] = paths.dims();
             let paths = readback::floats(paths).await?;
@@ -163,13 +192,43 @@ impl SpeechData {
                     .map(|&t| t as usize)
                     .collect();
                 let heard = vocabulary.decode(&super::collapse(&path));
-                let said = headroom_datasets::speech::vocab::normalise(&held.key.transcript);
-                characters.add(ErrorCount::characters(&said, &heard));
-                words.add(ErrorCount::words(&said, &heard));
+                let said = headroom_datasets::speech::vocab::normalise(held.source.transcript());
+                if vocabulary.encode(&said).is_err() {
+                    scored.unknown += 1;
+                }
+                scored.characters.add(ErrorCount::characters(&said, &heard));
+                scored.words.add(ErrorCount::words(&said, &heard));
+                scored.utterances += 1;
             }
         }
-        Ok((characters, words))
+        Ok(scored)
     }
+}
+
+/// An utterance's log-mel, `[mels, frames]`, from its samples at `corpus`'s rate; counts a
+/// recording resampled.
+fn features(
+    logmel: &LogMel,
+    corpus: &SpeechConfig,
+    source: &Source,
+    resampled: &AtomicUsize,
+) -> Result<Spectrogram, FileError> {
+    let mut converted = false;
+    let audio = corpus::samples(source, corpus, corpus.sample_rate, &mut converted)?;
+    if converted {
+        resampled.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(logmel.compute(&audio.samples))
+}
+
+/// What greedy decoding scored on a split.
+#[derive(Debug, Default)]
+struct Scored {
+    characters: ErrorCount,
+    words: ErrorCount,
+    utterances: usize,
+    /// Utterances whose transcript holds characters the vocabulary lacks.
+    unknown: usize,
 }
 
 impl RunTask for AsrConfig {
@@ -178,18 +237,41 @@ impl RunTask for AsrConfig {
     fn open(
         self,
         config: &TrainConfig,
-        _: &LoaderOptions,
+        loader: &LoaderOptions,
     ) -> Result<(Self, SpeechData), TrainError> {
-        let held = |split| {
-            self.corpus
-                .keys()
+        let mut skipped = Vec::new();
+        let [train, validation, test] = match &self.files {
+            Some(files) => corpus::list(
+                files,
+                config.validation_every_nth_clip,
+                loader.on_bad_file,
+                &mut skipped,
+            )?,
+            None => {
+                let keys = self.corpus.keys();
+                [
+                    SpeechSplit::Train,
+                    SpeechSplit::Validation,
+                    SpeechSplit::Test,
+                ]
+                .map(|split| {
+                    keys.iter()
+                        .filter(|k| k.split == split)
+                        .map(|k| Source::Generated(k.clone()))
+                        .collect()
+                })
+            }
+        };
+        let held = |sources: Vec<Source>| -> Vec<Held> {
+            sources
                 .into_iter()
-                .filter(|k| k.split == split)
-                .map(|key| Held { key, frames: None })
-                .collect::<Vec<_>>()
+                .map(|source| Held {
+                    source,
+                    frames: None,
+                })
+                .collect()
         };
         let sample_rate = self.corpus.sample_rate;
-        let train = held(SpeechSplit::Train);
         let data = SpeechData {
             config: self.clone(),
             logmel: LogMel::new(LogMelConfig {
@@ -199,10 +281,14 @@ impl RunTask for AsrConfig {
                 n_mels: self.mels,
             }),
             order: EpochOrder::new(config.seed, train.len()),
+            order_seed: config.seed,
+            on_bad_file: loader.on_bad_file,
+            skipped,
+            resampled: AtomicUsize::new(0),
             sorted_steps: None,
-            train,
-            validation: held(SpeechSplit::Validation),
-            test: held(SpeechSplit::Test),
+            train: held(train),
+            validation: held(validation),
+            test: held(test),
             normalization: Normalization {
                 mean: 0.0,
                 std: 1.0,
@@ -223,7 +309,7 @@ impl RunTask for AsrConfig {
                 .max()
                 .unwrap_or(1),
             characters: held
-                .map(|h| h.key.transcript.chars().count())
+                .map(|h| h.source.transcript().chars().count())
                 .max()
                 .unwrap_or(1),
         };
@@ -241,10 +327,11 @@ impl RunTask for AsrConfig {
             let networks = networks.valid();
             let vocabulary = data.vocabulary()?;
             let (mut sum, mut n) = (0.0, 0usize);
-            for part in data.held_out(&data.validation, batches) {
+            // Validation is read in `check`: nothing is left out here.
+            for part in data.held_out(&data.validation, batches, &mut Vec::new())? {
                 let picked: Vec<(&Held, &Spectrogram)> =
                     part.iter().map(|(h, s)| (*h, &**s)).collect();
-                let batch = data.batch(&picked, vocabulary, device)?;
+                let batch = data.batch(&picked, Some(vocabulary), device)?;
                 let loss = networks.loss(batch, self.ctc_weight, Vocabulary::BOUNDARY);
                 sum += f64::from(readback::scalar(loss.total).await?) * part.len() as f64;
                 n += part.len();
@@ -264,25 +351,37 @@ impl RunTask for AsrConfig {
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {
             let networks = networks.valid();
+            let mut skipped = skipped;
             let mut rows = Vec::new();
+            let mut about = String::from(
+                "greedy CTC decoding; CER and WER: edits over the references' characters and \
+                 words",
+            );
             for (label, split) in [("validation", &data.validation), ("test", &data.test)] {
                 if split.is_empty() {
                     continue;
                 }
-                let (characters, words) = data.errors(&networks, split, device, batches).await?;
+                let scored = data
+                    .errors(&networks, split, device, batches, &mut skipped)
+                    .await?;
+                if scored.unknown > 0 {
+                    about.push_str(&format!(
+                        "; {} {label} utterances hold characters the train transcripts do \
+                         not (counted as errors: the model cannot spell them)",
+                        scored.unknown
+                    ));
+                }
                 rows.push(ResultsRow {
                     label: label.into(),
-                    examples: split.len(),
+                    examples: scored.utterances,
                     values: vec![
-                        characters.rate().unwrap_or(f64::NAN),
-                        words.rate().unwrap_or(f64::NAN),
+                        scored.characters.rate().unwrap_or(f64::NAN),
+                        scored.words.rate().unwrap_or(f64::NAN),
                     ],
                 });
             }
             Ok(Evaluation::Results(Results {
-                about: "greedy CTC decoding; CER and WER: edits over the references' characters \
-                        and words"
-                    .into(),
+                about,
                 measures: vec!["CER".into(), "WER".into()],
                 rows,
                 skipped,
@@ -301,31 +400,60 @@ impl TaskData for SpeechData {
         if self.train.is_empty() {
             return Err(TrainError::EmptyTrainSplit);
         }
-        let logmel = &self.logmel;
-        let corpus = &self.config.corpus;
-        let compute = |held: &mut [Held]| {
-            for h in held {
-                h.frames = Some(logmel.compute(&corpus.audio(&h.key).samples));
+        let (logmel, corpus, resampled) = (&self.logmel, &self.config.corpus, &self.resampled);
+        let compute = |held: &mut [Held]| -> Vec<(usize, FileError)> {
+            let mut failed = Vec::new();
+            for (i, h) in held.iter_mut().enumerate() {
+                match features(logmel, corpus, &h.source, resampled) {
+                    Ok(frames) => h.frames = Some(frames),
+                    Err(e) => failed.push((i, e)),
+                }
             }
+            failed
         };
         for split in [&mut self.train, &mut self.validation] {
-            // Two halves on two threads: generating the audio is most of the work. A web
-            // page's WebAssembly has one thread.
+            // Two halves on two threads: making or reading the audio is most of the work. A
+            // web page's WebAssembly has one thread.
             #[cfg(not(target_arch = "wasm32"))]
-            {
+            let failed = {
                 let middle = split.len() / 2;
                 let (first, second) = split.split_at_mut(middle);
-                std::thread::scope(|scope| {
-                    scope.spawn(|| compute(first));
-                    compute(second);
+                let (mut failed, later) = std::thread::scope(|scope| {
+                    let first = scope.spawn(|| compute(first));
+                    let later = compute(second);
+                    (
+                        first
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                        later,
+                    )
                 });
-            }
+                failed.extend(later.into_iter().map(|(i, e)| (i + middle, e)));
+                failed
+            };
             #[cfg(target_arch = "wasm32")]
-            compute(split);
+            let failed = compute(split);
+            let bad: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+            let problems = failed.into_iter().map(|(_, e)| e).collect();
+            report_bad_files(problems, self.on_bad_file, &mut self.skipped)?;
+            let mut at = 0;
+            split.retain(|_| {
+                at += 1;
+                !bad.contains(&(at - 1))
+            });
         }
+        if self.train.is_empty() {
+            return Err(TrainError::EmptyTrainSplit);
+        }
+        self.order = EpochOrder::new(self.order_seed, self.train.len());
         if self.config.vocabulary.is_none() {
+            // Validation's characters too: a character only it holds is never trained,
+            // but validation's transcripts can be spelled.
             self.config.vocabulary = Some(Vocabulary::from_transcripts(
-                self.train.iter().map(|h| h.key.transcript.as_str()),
+                self.train
+                    .iter()
+                    .chain(&self.validation)
+                    .map(|h| h.source.transcript()),
             ));
         }
         let values = self.train.iter().filter_map(|h| h.frames.as_ref());
@@ -364,7 +492,7 @@ impl TaskData for SpeechData {
                 Ok((held, frames))
             })
             .collect::<Result<Vec<_>, TrainError>>()?;
-        self.batch(&picked, self.vocabulary()?, device)
+        self.batch(&picked, Some(self.vocabulary()?), device)
     }
 
     fn lengths(&self) -> Vec<usize> {
@@ -399,18 +527,42 @@ impl TaskData for SpeechData {
     }
 
     fn report(&self, _: &TrainConfig, loader: &LoaderOptions) -> DatasetReport {
-        DatasetReport {
-            source: format!(
+        let corpus = &self.config.corpus;
+        let mut source = match &self.config.files {
+            Some(files) => {
+                let mut listed = format!("recordings listed by {}", files.train.display());
+                for (what, path) in [("validation", &files.validation), ("test", &files.test)] {
+                    if let Some(path) = path {
+                        listed.push_str(&format!(", {what} by {}", path.display()));
+                    }
+                }
+                listed
+            }
+            None => format!(
                 "generated speech ({} speakers, seed {})",
-                self.config.corpus.speakers, self.config.corpus.seed
+                corpus.speakers, corpus.seed
             ),
+        };
+        let resampled = self.resampled.load(Ordering::Relaxed);
+        if resampled > 0 {
+            source.push_str(&format!(
+                "; {resampled} recordings resampled to {} Hz",
+                corpus.sample_rate
+            ));
+        }
+        DatasetReport {
+            source,
             machine_types: Vec::new(),
             train_clips: self.train.len(),
             validation_clips: self.validation.len(),
             test_clips: self.test.len(),
             resident: true,
             host_memory_bytes: loader.host_memory_bytes,
-            skipped: Vec::new(),
+            skipped: self.skipped.clone(),
         }
+    }
+
+    fn skipped(&self) -> Vec<String> {
+        self.skipped.clone()
     }
 }

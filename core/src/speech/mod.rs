@@ -9,6 +9,7 @@
 //! draws; planning by length (a frame budget per micro-batch, filled from length buckets)
 //! is the next step.
 
+pub mod corpus;
 mod data;
 mod decode;
 
@@ -26,6 +27,7 @@ use crate::precision::Precision;
 use crate::task::{StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
+pub use corpus::SpeechFiles;
 pub use data::SpeechData;
 pub use decode::collapse;
 
@@ -37,7 +39,12 @@ pub struct AsrConfig {
     pub mels: usize,
     /// CTC's share of the loss (the decoder's is the rest), as ESPnet's `ctc_weight`.
     pub ctc_weight: f64,
+    /// The generated corpus; with `files`, only its sample rate counts (recordings at
+    /// another are resampled to it).
     pub corpus: SpeechConfig,
+    /// Recordings instead of the generated corpus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<SpeechFiles>,
     /// The train transcripts' characters; `None` until the data is read.
     pub vocabulary: Option<Vocabulary>,
     /// The longest train or validation utterance, in frames and in characters: what the
@@ -59,6 +66,7 @@ impl Default for AsrConfig {
             mels: 80,
             ctc_weight: 0.3,
             corpus: SpeechConfig::default(),
+            files: None,
             vocabulary: None,
             // 20 s at a 10 ms hop, 300 characters, until the data says.
             longest: Longest {

@@ -117,6 +117,20 @@ pub struct DataArgs {
     /// [default: every type under --data-root].
     #[arg(long, alias = "machine_type", requires = "data_root")]
     pub machine_type: Option<String>,
+    /// The speech recogniser's train recordings (with --model asr-transformer): a manifest
+    /// (.tsv or .jsonl lines of audio path, transcript and optional duration in seconds) or a
+    /// folder in the LibriSpeech layout (*.trans.txt beside FLAC or WAV files). WAV and FLAC
+    /// at another rate than 16 kHz are resampled, and the run says how many were.
+    #[arg(long, conflicts_with = "data_root")]
+    pub speech_train: Option<PathBuf>,
+    /// Its validation recordings, listed the same ways [default: every 10th train utterance
+    /// held out].
+    #[arg(long, requires = "speech_train")]
+    pub speech_validation: Option<PathBuf>,
+    /// Its test recordings, listed the same ways [default: none; the run is scored on its
+    /// validation split].
+    #[arg(long, requires = "speech_train")]
+    pub speech_test: Option<PathBuf>,
     #[command(flatten)]
     pub features: FeatureArgs,
 }

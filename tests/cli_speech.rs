@@ -1,0 +1,181 @@
+//! The speech recogniser on recordings (issue 29): a manifest and a LibriSpeech-layout folder
+//! of WAV files, a quarter of them at 8 kHz (resampled, and said so), a listed file that is
+//! missing (a clear error naming it, or with `--on-bad-file skip` left out and listed), and a
+//! test transcript with a character the train transcripts lack (counted as errors, said so).
+
+mod common;
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use common::{events, run_failing, run_json};
+use headroom_datasets::audio::{self, write_wav};
+use headroom_datasets::speech::synthetic::{SpeechConfig, SpeechSplit};
+
+/// Writes a small generated corpus as WAV files under `dir`: a train manifest (TSV, with one
+/// line whose file is missing), a test manifest (JSON lines) and the train utterances again
+/// in the LibriSpeech layout. Returns the three paths and the train files at 8 kHz.
+fn recordings(dir: &Path) -> (PathBuf, PathBuf, PathBuf, usize) {
+    let corpus = SpeechConfig {
+        train: 16,
+        validation: 0,
+        test: 4,
+        median_words: 2.0,
+        ..SpeechConfig::default()
+    };
+    let (mut train, mut test) = (String::from("audio\ttranscript\n"), String::new());
+    let libri = dir.join("libri");
+    let chapter = libri.join("19").join("198");
+    std::fs::create_dir_all(&chapter).unwrap();
+    std::fs::create_dir_all(dir.join("wav")).unwrap();
+    let mut trans = String::new();
+    let mut slow = 0;
+    for key in corpus.keys() {
+        let mut audio = corpus.audio(&key);
+        if key.index % 4 == 0 {
+            audio = audio::resample(&audio, 8_000).unwrap();
+            if key.split == SpeechSplit::Train {
+                slow += 1;
+            }
+        }
+        let name = format!("{:?}-{}.wav", key.split, key.index).to_lowercase();
+        write_wav(&dir.join("wav").join(&name), &audio).unwrap();
+        match key.split {
+            SpeechSplit::Train => {
+                writeln!(train, "wav/{name}\t{}", key.transcript).unwrap();
+                let id = format!("19-198-{:04}", key.index);
+                write_wav(&chapter.join(format!("{id}.wav")), &audio).unwrap();
+                writeln!(trans, "{id} {}", key.transcript).unwrap();
+            }
+            SpeechSplit::Test => {
+                // One reference holds a character no train transcript does.
+                let text = if key.index == 0 {
+                    format!("{}Ø", key.transcript)
+                } else {
+                    key.transcript.clone()
+                };
+                let line = serde_json::json!({"audio": format!("wav/{name}"), "text": text});
+                writeln!(test, "{line}").unwrap();
+            }
+            SpeechSplit::Validation => {}
+        }
+    }
+    train.push_str("wav/missing.wav\tA WORD\n");
+    std::fs::write(chapter.join("19-198.trans.txt"), trans).unwrap();
+    let (train_path, test_path) = (dir.join("train.tsv"), dir.join("test.jsonl"));
+    std::fs::write(&train_path, train).unwrap();
+    std::fs::write(&test_path, test).unwrap();
+    (train_path, test_path, libri, slow)
+}
+
+fn train_args<'a>(train: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "train",
+        "--json",
+        "--backend",
+        "flex",
+        "--model",
+        "asr-transformer",
+        "--speech-train",
+        train,
+        "--steps",
+        "2",
+        "--effective-batch",
+        "4",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn the_recogniser_trains_on_a_manifest_and_on_a_librispeech_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test, libri, slow) = recordings(dir.path());
+    let (train, test) = (train.to_str().unwrap(), test.to_str().unwrap());
+    let out = dir.path().join("run");
+    let out = out.to_str().unwrap();
+
+    let refused = run_failing(&train_args(train, out, &["--speech-test", test]));
+    assert!(
+        refused.contains("missing.wav") && refused.contains("train.tsv:18"),
+        "the missing file and its line are named: {refused}"
+    );
+
+    let all = run_json(&train_args(
+        train,
+        out,
+        &["--speech-test", test, "--on-bad-file", "skip"],
+    ));
+    let dataset = &events(&all, "dataset")[0];
+    let source = dataset["source"].as_str().unwrap();
+    assert!(source.contains("train.tsv"), "{source}");
+    assert!(
+        source.contains(&format!("{slow} recordings resampled to 16000 Hz")),
+        "{source}"
+    );
+    // 16 listed: every 10th held out for validation.
+    assert_eq!(dataset["train_clips"], 15);
+    assert_eq!(dataset["validation_clips"], 1);
+    assert_eq!(dataset["test_clips"], 4);
+    let skipped = dataset["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].as_str().unwrap().contains("missing.wav"));
+    assert!(
+        events(&all, "step")
+            .iter()
+            .all(|s| s["padding"]["frames"].as_u64() > Some(0)),
+        "steps report their frames"
+    );
+    let results = &events(&all, "results")[0];
+    let rows = results["rows"].as_array().unwrap();
+    assert_eq!(rows[1]["label"], "test");
+    assert_eq!(rows[1]["examples"], 4);
+    let about = results["about"].as_str().unwrap();
+    assert!(
+        about.contains("1 test utterances hold characters the train transcripts do not"),
+        "{about}"
+    );
+
+    let libri_out = dir.path().join("libri-run");
+    let all = run_json(&train_args(
+        libri.to_str().unwrap(),
+        libri_out.to_str().unwrap(),
+        &[],
+    ));
+    let dataset = &events(&all, "dataset")[0];
+    assert_eq!(
+        dataset["train_clips"], 15,
+        "the same 16 utterances, by chapter"
+    );
+    assert_eq!(events(&all, "step").len(), 2);
+    let results = &events(&all, "results")[0];
+    let labels: Vec<&str> = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["validation"],
+        "no test listing: scored on validation"
+    );
+}
+
+#[test]
+fn speech_recordings_are_refused_for_a_model_that_does_not_read_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let message = run_failing(&[
+        "train",
+        "--model",
+        "dcase-ae",
+        "--speech-train",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        message.contains("--speech-train") && message.contains("--model asr-transformer"),
+        "{message}"
+    );
+}
