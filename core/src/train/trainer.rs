@@ -165,12 +165,15 @@ impl<T: RunTask> TaskTrainer<T> {
 
     /// Splits each step into micro-batches of at most `micro_batch` spectrograms from the
     /// next step on; the step itself, and so the run, stays the same (seed 002's resume with
-    /// a smaller batch and more accumulation).
+    /// a smaller batch and more accumulation). A count given so replaces a plan by length.
     pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
         if micro_batch == 0 {
             return Err(ConfigError::Zero(Setting::MicroBatch).into());
         }
         self.config.set_micro_batch(micro_batch);
+        if self.config.length_buckets.take().is_some() {
+            self.data.stream(&self.config, &self.options.loader);
+        }
         Ok(())
     }
 
