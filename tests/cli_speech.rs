@@ -138,6 +138,35 @@ fn the_recogniser_trains_on_a_manifest_and_on_a_librispeech_folder() {
         "{about}"
     );
 
+    // `plan` opens the same recordings as `train` and plans them by length.
+    let planned = common::run_json_document(&[
+        "plan",
+        "--json",
+        "--backend",
+        "flex",
+        "--model",
+        "asr-transformer",
+        "--speech-train",
+        train,
+        "--on-bad-file",
+        "skip",
+        "--effective-batch",
+        "4",
+    ]);
+    let buckets = planned["plan"]["lengths"]["buckets"]["buckets"]
+        .as_array()
+        .expect("a plan by length");
+    let longest = events(&all, "dry_run")
+        .iter()
+        .filter_map(|d| d["frames"].as_u64())
+        .max()
+        .unwrap();
+    assert_eq!(
+        buckets.last().unwrap()["frames"].as_u64(),
+        Some(longest),
+        "the plan's longest bucket is the run's longest utterance"
+    );
+
     let libri_out = dir.path().join("libri-run");
     let all = run_json(&train_args(
         libri.to_str().unwrap(),

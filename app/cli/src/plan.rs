@@ -2,6 +2,7 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Context, Result, anyhow};
+use headroom_core::Target;
 use headroom_core::budget::simulated as devices;
 use headroom_core::budget::{BudgetError, BudgetSource};
 use headroom_core::events::Event;
@@ -14,7 +15,6 @@ use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::size::human as gib;
 use headroom_core::spec::BudgetSpec;
 use headroom_core::split::Split;
-use headroom_core::{Target, TrainConfig};
 
 use crate::args::PlanArgs;
 use crate::render::mib;
@@ -77,14 +77,9 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
         };
         block_on(plan::unchecked(target, &model, &planning, share))?
     } else {
-        // As `train` plans: the dataset opened first, so what it holds counts.
-        let mut config = TrainConfig {
-            backend: target.backend,
-            device: target.device,
-            dataset: spec.dataset()?,
-            ..TrainConfig::default()
-        };
-        model.configure(&mut config);
+        // As `train` plans: the dataset opened first (a recogniser's recordings too), so
+        // what it holds counts.
+        let config = spec.train_config(target)?;
         let loader = args.loader.options()?;
         headroom_core::registry::plan_only(config, &planning, &loader, &mut events)?
     };
@@ -112,20 +107,30 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
     }
     println!("Plan on {backend}: {}", prepared.plan.reason);
     let p = &prepared.plan;
-    println!(
-        "{}, {}, checkpointing {}",
-        crate::render::effective_batch_words(
+    let batch = match &p.lengths {
+        Some(lengths) => crate::render::length_batch_words(p.effective_batch, &lengths.buckets),
+        None => crate::render::effective_batch_words(
             p.effective_batch,
             p.micro_batch,
             p.n_patches,
-            p.accumulation
+            p.accumulation,
         ),
+    };
+    println!(
+        "{batch}, {}, checkpointing {}",
         p.precision,
         if p.checkpointing { "on" } else { "off" },
     );
     println!("{}", crate::render::describe_breakdown(&prepared.breakdown));
+    let (unit, most) = match &prepared.plan.lengths {
+        Some(lengths) => (
+            "utterances",
+            format!(" (every bucket full: at most {})", gib(lengths.most_bytes)),
+        ),
+        None => ("patches", String::new()),
+    };
     println!(
-        "Predicted peak {} of {}, {:.0} patches/s",
+        "Predicted peak {} of {}{most}, {:.0} {unit}/s",
         gib(prepared.plan.predicted_peak_bytes),
         gib(prepared.plan.budget_bytes),
         prepared.plan.predicted_patches_per_s

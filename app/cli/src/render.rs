@@ -5,6 +5,7 @@ use std::time::Duration;
 use headroom_core::events::{
     DatasetReport, DryRunReport, EvaluationReport, Event, Padding, RecoveryReport, Results, RunInfo,
 };
+use headroom_core::lengths::LengthBuckets;
 use headroom_core::plan::Breakdown;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
@@ -240,18 +241,22 @@ fn describe_recovery(r: &RecoveryReport) -> String {
 
 fn effective_batch(info: &RunInfo) -> String {
     if let Some(buckets) = &info.length_buckets {
-        return format!(
-            "Effective batch size: {} utterances a step, packed into micro-batches by length \
-             (utterances a micro-batch holds: {})",
-            info.effective_batch,
-            buckets.words()
-        );
+        return length_batch_words(info.effective_batch, buckets);
     }
     effective_batch_words(
         info.effective_batch,
         info.micro_batch,
         info.n_patches,
         info.accumulation,
+    )
+}
+
+/// "Effective batch size: 16 utterances a step, packed into micro-batches by length (...)".
+pub fn length_batch_words(effective: usize, buckets: &LengthBuckets) -> String {
+    format!(
+        "Effective batch size: {effective} utterances a step, packed into micro-batches by \
+         length (utterances a micro-batch holds: {})",
+        buckets.words()
     )
 }
 
