@@ -188,33 +188,27 @@ pub fn describe_padding(padding: Padding) -> String {
 }
 
 pub fn describe_dry_run(d: &DryRunReport) -> String {
-    if let Some(frames) = d.frames {
-        return format!(
-            "Dry-run {}: {} utterances of {frames} frames, {} measured {} of {} (predicted {}) - {}",
-            d.attempt,
+    // A plan by length measures a bucket: its utterances and their frames.
+    let step = match d.frames {
+        Some(frames) => format!(
+            "{} utterances of {frames} frames, {}",
+            d.micro_batch, d.precision
+        ),
+        None => format!(
+            "micro-batch {} x {} patches, {}{}",
             d.micro_batch,
+            d.n_patches,
             d.precision,
-            mib(d.measured_peak_bytes),
-            mib(d.budget_bytes),
-            mib(d.predicted_peak_bytes),
-            if d.fits {
-                "fits"
+            if d.checkpointing {
+                ", checkpointing,"
             } else {
-                "over budget, re-planning"
+                ""
             }
-        );
-    }
+        ),
+    };
     format!(
-        "Dry-run {}: micro-batch {} x {} patches, {}{} measured {} of {} (predicted {}) - {}",
+        "Dry-run {}: {step} measured {} of {} (predicted {}) - {}",
         d.attempt,
-        d.micro_batch,
-        d.n_patches,
-        d.precision,
-        if d.checkpointing {
-            ", checkpointing,"
-        } else {
-            ""
-        },
         mib(d.measured_peak_bytes),
         mib(d.budget_bytes),
         mib(d.predicted_peak_bytes),
