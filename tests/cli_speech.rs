@@ -208,3 +208,50 @@ fn speech_recordings_are_refused_for_a_model_that_does_not_read_them() {
         "{message}"
     );
 }
+
+/// `plan --what-if` for the recogniser: its steps measured at several lengths of the
+/// corpus's own utterances, then the buckets each device's budget gives those lengths.
+#[test]
+fn the_what_if_plans_the_recogniser_by_length_for_each_device() {
+    let table = common::run_json_document(&[
+        "plan",
+        "--json",
+        "--what-if",
+        "--backend",
+        "flex",
+        "--model",
+        "asr-transformer",
+        "--effective-batch",
+        "8",
+        "--memory-budget",
+        "300MiB",
+    ]);
+    let longest = table["longest_frames"].as_u64().unwrap();
+    let rows = table["rows"].as_array().unwrap();
+    assert!(rows.len() >= 3, "the budget given, the GPUs, this CPU");
+    let given = &rows[0];
+    assert!(
+        given["device"]
+            .as_str()
+            .unwrap()
+            .contains("--memory-budget")
+    );
+    let plan = &given["plan"]["Ok"];
+    let buckets = plan["buckets"]["buckets"].as_array().unwrap();
+    assert_eq!(buckets.last().unwrap()["frames"].as_u64(), Some(longest));
+    let caps: Vec<u64> = buckets
+        .iter()
+        .map(|b| b["examples"].as_u64().unwrap())
+        .collect();
+    assert!(
+        caps.windows(2).all(|w| w[0] >= w[1]) && caps[0] > *caps.last().unwrap(),
+        "short utterances go more at a time than long ones in 300 MiB: {caps:?}"
+    );
+    assert!(plan["predicted_peak_bytes"].as_u64().unwrap() <= 300 << 20);
+    assert!(plan["utterances_per_s"].is_null(), "no speed for a GPU");
+    let cpu = &rows.last().unwrap()["plan"]["Ok"];
+    assert!(cpu["utterances_per_s"].as_f64().unwrap() > 0.0);
+
+    let message = run_failing(&["plan", "--model", "dcase-ae", "--asr-size", "large"]);
+    assert!(message.contains("--asr-size"), "{message}");
+}

@@ -44,6 +44,8 @@ pub enum Setting {
     DataRoot,
     /// The speech recogniser's train recordings (a manifest or a LibriSpeech folder).
     SpeechTrain,
+    /// The speech recogniser's preset size.
+    AsrSize,
     /// One machine type of the dataset's folder.
     MachineType,
     /// The mel bands of the recordings' features.
@@ -89,6 +91,7 @@ impl Setting {
             Setting::SampleRate => "the sample rate",
             Setting::DataRoot => "the data root",
             Setting::SpeechTrain => "the speech recordings",
+            Setting::AsrSize => "the recogniser's size",
             Setting::MachineType => "the machine type",
             Setting::NMels => "the mel bands",
             Setting::Steps => "the steps",

@@ -40,6 +40,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::SampleRate => "--sample-rate",
         Setting::DataRoot => "--data-root",
         Setting::SpeechTrain => "--speech-train",
+        Setting::AsrSize => "--asr-size",
         Setting::MachineType => "--machine-type",
         Setting::NMels => "--n-mels",
         Setting::Steps => "--steps",

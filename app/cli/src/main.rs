@@ -12,6 +12,7 @@ mod probe;
 mod render;
 mod spec;
 mod train;
+mod what_if_lengths;
 
 use std::process::ExitCode;
 

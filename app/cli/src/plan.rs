@@ -1,10 +1,8 @@
 //! `trainer-cli plan`: the plan a run would train with, its memory breakdown, and with
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use headroom_core::Target;
-use headroom_core::budget::simulated as devices;
-use headroom_core::budget::{BudgetError, BudgetSource};
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig};
@@ -13,7 +11,6 @@ use headroom_core::precision::Precision;
 use headroom_core::readback::block_on;
 use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::size::human as gib;
-use headroom_core::spec::BudgetSpec;
 use headroom_core::split::Split;
 
 use crate::args::PlanArgs;
@@ -61,6 +58,9 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
         .sample()
         .allocated_bytes;
     if args.what_if {
+        if model.at_length(1).is_some() {
+            return crate::what_if_lengths::what_if::<T>(&args, target, resident);
+        }
         return what_if(&args, target, &model, resident);
     }
     if let Some(spec) = &args.verify {
@@ -230,48 +230,22 @@ struct Row {
 fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64) -> Result<()> {
     let spec = args.spec()?;
     let f = spec.memory.fraction;
-    // Each simulated GPU's budget, resolved before calibrating so a bad fraction fails fast.
-    let gpu_budgets = devices::DEVICES
-        .iter()
-        .map(|d| Ok((d.label, BudgetSource::Simulated(*d).resolve(f, None)?.bytes)))
-        .collect::<Result<Vec<_>, BudgetError>>()?;
+    // Each device's budget, resolved before calibrating so a bad fraction fails fast.
+    let targets = crate::budget::what_if_devices(&spec, resident)?;
     let backend = target.backend;
     let calibration: Calibration = calibrate_for_large_plans(target, model)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
     let planning = spec.planning_for(0, model.default_batch())?;
-    let cpu = headroom_core::probe::cpu::probe()
-        .into_iter()
-        .find(|d| d.backend.is_host())
-        .context("the CPU probe found no CPU device")?;
-    let cpu_free = cpu
-        .free_memory
-        .bytes
-        .ok_or_else(|| anyhow!("the CPU probe did not report free RAM"))?;
-    let cpu_budget = BudgetSource::FreeMemory.resolve(f, Some(&cpu))?.bytes;
-    let mut targets: Vec<(String, u64, u64, &Calibration)> = gpu_budgets
-        .into_iter()
-        .map(|(label, budget)| (label.to_string(), budget, 0, &gpu_calibration))
-        .collect();
-    // A budget the user names is a GPU's: the table's own rows already cover this CPU.
-    if let BudgetSpec::Given { bytes } = spec.memory.budget {
-        targets.insert(
-            0,
-            (
-                format!("a GPU, --memory-budget {}", gib(bytes)),
-                bytes,
-                0,
-                &gpu_calibration,
-            ),
-        );
-    }
-    targets.push((
-        format!("this CPU ({} RAM free)", gib(cpu_free)),
-        cpu_budget,
-        resident,
-        &calibration,
-    ));
     let rows: Vec<Row> = targets
         .into_iter()
+        .map(|d| {
+            let calibration = if d.gpu {
+                &gpu_calibration
+            } else {
+                &calibration
+            };
+            (d.name, d.budget_bytes, d.resident_bytes, calibration)
+        })
         .map(|(device, budget_bytes, resident_bytes, calibration)| {
             let asked = plan::Planning {
                 budget_bytes,

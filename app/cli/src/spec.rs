@@ -64,6 +64,7 @@ impl TrainArgs {
     pub fn spec(&self) -> Result<RunSpec> {
         Ok(RunSpec {
             model: self.model.clone(),
+            asr_size: self.asr_size.map(Into::into),
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: SplitSpec {
                 stride: self.stride,
@@ -93,6 +94,7 @@ impl PlanArgs {
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: split(&self.split),
             memory: memory(&self.memory)?,
+            asr_size: self.asr_size.map(Into::into),
             ..RunSpec::default()
         })
     }

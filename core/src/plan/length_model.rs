@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::events::planned::StepMeasurement;
 use crate::lengths::{self, BUCKETS, LengthBucket, LengthBuckets, LengthCost, Padding};
 
+/// Epochs of the train lengths, shuffled, over which a plan predicts the run's padding,
+/// speed and peak: the peak is the largest micro-batch the packing makes, and a few epochs
+/// meet most of the combinations of long utterances a run's steps draw.
+pub const PREDICTED_EPOCHS: u64 = 4;
+
 /// What a task's steps cost by length: bytes of a single micro-batch's step and seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LengthModel {
@@ -120,6 +125,20 @@ impl LengthModel {
             buckets,
             seconds: Some(self.seconds),
         })
+    }
+
+    /// A what-if: the buckets for `lengths` in `available` bytes and what their epochs are
+    /// predicted to do; `Err` with the bytes one example of the longest needs when not even
+    /// that fits.
+    pub fn plan(
+        &self,
+        lengths: &[usize],
+        effective_batch: usize,
+        available: u64,
+    ) -> Result<(LengthBuckets, Predicted), u64> {
+        let buckets = self.buckets(lengths, effective_batch, available)?;
+        let predicted = self.epochs(&buckets, lengths, effective_batch, PREDICTED_EPOCHS);
+        Ok((buckets, predicted))
     }
 
     /// The predicted peak over every bucket's full micro-batch.

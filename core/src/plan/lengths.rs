@@ -18,7 +18,7 @@ use crate::events::planned::{LengthPlan, Plan, StepMeasurement};
 use crate::events::{DryRunReport, Event, EventSink};
 use crate::lengths::{LengthBucket, LengthBuckets};
 
-pub use super::length_model::LengthModel;
+pub use super::length_model::{LengthModel, PREDICTED_EPOCHS};
 pub use crate::lengths::LengthCost;
 use crate::precision::Precision;
 use crate::task::TrainingTask;
@@ -51,10 +51,21 @@ async fn measure_at<T: TrainingTask>(
     Ok(m)
 }
 
-/// Epochs of the train lengths, shuffled, over which a plan predicts the run's padding,
-/// speed and peak: the peak is the largest micro-batch the packing makes, and a few epochs
-/// meet most of the combinations of long utterances a run's steps draw.
-pub const PREDICTED_EPOCHS: u64 = 4;
+/// Steps of `task` measured at lengths up to `longest` frames: what its model by length is
+/// fitted to ([`LengthModel::fit`]).
+pub async fn calibrate<T: TrainingTask>(
+    target: Target,
+    task: &T,
+    longest: usize,
+) -> Result<Vec<StepMeasurement>, CalibrationError> {
+    // The first step in a process sets up what stays for its life; not the step's cost.
+    measure_at(target, task, 1, longest.div_ceil(4), 1).await?;
+    let mut measurements = Vec::new();
+    for (examples, frames) in calibration_points(longest) {
+        measurements.push(measure_at(target, task, examples, frames, 1).await?);
+    }
+    Ok(measurements)
+}
 
 /// Whether `request` leaves the split to a length plan: micro-batch and accumulation open,
 /// f32 without checkpointing (what planning by length measures). Otherwise the run is a
@@ -82,12 +93,7 @@ pub async fn prepare<T: TrainingTask>(
     let longest = lengths.iter().copied().max().unwrap_or(1);
     let effective_batch = request.effective_batch.max(1);
     let gradient_bytes = task.parameters() * 4;
-    // The first step in a process sets up what stays for its life; not the step's cost.
-    measure_at(target, task, 1, longest.div_ceil(4), 1).await?;
-    let mut measurements = Vec::new();
-    for (examples, frames) in calibration_points(longest) {
-        measurements.push(measure_at(target, task, examples, frames, 1).await?);
-    }
+    let mut measurements = calibrate(target, task, longest).await?;
     let resident = request.resident_bytes;
     let beside = resident + share.read_ahead.bytes(effective_batch);
     let available = request.budget_bytes.saturating_sub(beside);

@@ -21,7 +21,7 @@ use crate::plan::{Fixed, Planning, RequestError};
 use crate::precision::Precision;
 use crate::registry::info_of;
 use crate::setting::{Described, PlainWords, Setting, Wording};
-use crate::speech::{AsrConfig, SpeechFiles};
+use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -43,6 +43,8 @@ pub struct RunSpec {
     pub checkpoint_every: Option<u64>,
     pub validate_every: Option<u64>,
     pub empty_cache_every: Option<u64>,
+    /// The speech recogniser's preset size.
+    pub asr_size: Option<AsrSize>,
 }
 
 impl Default for RunSpec {
@@ -60,6 +62,7 @@ impl Default for RunSpec {
             checkpoint_every: None,
             validate_every: None,
             empty_cache_every: None,
+            asr_size: None,
         }
     }
 }
@@ -161,6 +164,10 @@ pub enum SpecError {
     },
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
     SpeechWith(Setting),
+    /// The recogniser's size given for another model.
+    SizeForModel {
+        model: String,
+    },
     Model(ModelError),
     Request(RequestError),
     UnknownDevice(UnknownDevice),
@@ -205,6 +212,15 @@ impl Described for SpecError {
                 "{} describes machine sounds; a speech run reads {} alone",
                 words.setting(*setting),
                 words.setting(Setting::SpeechTrain)
+            ),
+            SpecError::SizeForModel { model } => format!(
+                "{} sizes {}; {} has one size",
+                words.setting(Setting::AsrSize),
+                words.given(
+                    Setting::Model,
+                    <AsrConfig as crate::model::NamedConfig>::NAME
+                ),
+                words.given(Setting::Model, model)
             ),
             SpecError::Model(error) => error.describe(words),
             SpecError::Request(error) => error.describe(words),
@@ -310,6 +326,16 @@ impl RunSpec {
         }
         if let Some(files) = &self.data.speech {
             self.speech_into(&mut c, files)?;
+        }
+        if let Some(size) = self.asr_size {
+            if self.model_name() != <AsrConfig as crate::model::NamedConfig>::NAME {
+                return Err(SpecError::SizeForModel {
+                    model: self.model_name().to_string(),
+                });
+            }
+            let mut task: AsrConfig = c.model.config()?;
+            task.shape = size.shape();
+            c.model = crate::model::ModelSpec::of(&task);
         }
         let split = &self.split;
         given(&mut c.micro_batch, split.micro_batch);

@@ -52,6 +52,28 @@ pub struct AsrConfig {
     pub longest: Longest,
 }
 
+/// The recogniser's presets by name: `large` is seed 002's d_model 256 with 12 encoder and 6
+/// decoder layers, `medium` 192 / 8 / 4, `small` 128 / 6 / 3, `tiny` the CPU default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AsrSize {
+    Tiny,
+    Small,
+    Medium,
+    Large,
+}
+
+impl AsrSize {
+    pub fn shape(self) -> AsrShape {
+        match self {
+            AsrSize::Tiny => AsrShape::TINY,
+            AsrSize::Small => AsrShape::SMALL,
+            AsrSize::Medium => AsrShape::MEDIUM,
+            AsrSize::Large => AsrShape::LARGE,
+        }
+    }
+}
+
 /// The longest utterance a run holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Longest {

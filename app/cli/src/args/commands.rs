@@ -79,6 +79,9 @@ pub struct PlanArgs {
     /// The model to plan for (`trainer-cli models`) [default: vq-patch-ae].
     #[arg(long)]
     pub model: Option<String>,
+    /// The speech recogniser's size (with --model asr-transformer) [default: tiny].
+    #[arg(long, value_enum)]
+    pub asr_size: Option<super::train::AsrSizeArg>,
     #[command(flatten)]
     pub memory: MemoryArgs,
     #[command(flatten)]

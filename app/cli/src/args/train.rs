@@ -34,6 +34,10 @@ pub struct TrainArgs {
     /// resumed run keeps its own.
     #[arg(long)]
     pub model: Option<String>,
+    /// The speech recogniser's size (with --model asr-transformer): large is seed 002's
+    /// d_model 256 with 12 encoder and 6 decoder layers [default: tiny].
+    #[arg(long, value_enum)]
+    pub asr_size: Option<AsrSizeArg>,
     /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
@@ -148,6 +152,27 @@ pub struct FeatureArgs {
     /// Resample recordings at another rate instead of rejecting them.
     #[arg(long)]
     pub resample: bool,
+}
+
+/// The recogniser's presets, as `--asr-size` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsrSizeArg {
+    Tiny,
+    Small,
+    Medium,
+    Large,
+}
+
+impl From<AsrSizeArg> for headroom_core::speech::AsrSize {
+    fn from(size: AsrSizeArg) -> Self {
+        use headroom_core::speech::AsrSize;
+        match size {
+            AsrSizeArg::Tiny => AsrSize::Tiny,
+            AsrSizeArg::Small => AsrSize::Small,
+            AsrSizeArg::Medium => AsrSize::Medium,
+            AsrSizeArg::Large => AsrSize::Large,
+        }
+    }
 }
 
 fn parse_n_mels(s: &str) -> Result<usize, String> {
