@@ -138,6 +138,18 @@ fn the_recogniser_trains_on_a_manifest_and_on_a_librispeech_folder() {
         "{about}"
     );
 
+    // A budget that cannot hold one of the longest utterances names it.
+    let small = dir.path().join("small");
+    let too_long = run_failing(&train_args(
+        train,
+        small.to_str().unwrap(),
+        &["--on-bad-file", "skip", "--memory-budget", "4MiB"],
+    ));
+    assert!(
+        too_long.contains("is longer than any plan can hold") && too_long.contains(".wav ("),
+        "{too_long}"
+    );
+
     // `plan` opens the same recordings as `train` and plans them by length.
     let planned = common::run_json_document(&[
         "plan",

@@ -503,6 +503,18 @@ impl TaskData for SpeechData {
             .collect()
     }
 
+    fn longest(&self) -> Option<String> {
+        let held = self.train.iter().chain(&self.validation);
+        let (h, frames) = held
+            .filter_map(|h| h.frames.as_ref().map(|s| (h, s.frames)))
+            .max_by_key(|(_, frames)| *frames)?;
+        Some(format!(
+            "{} ({frames} frames, {:.1} s)",
+            h.source.name(),
+            frames as f64 * HOP_S
+        ))
+    }
+
     fn lengths_at(&mut self, first: u64, count: usize) -> Vec<usize> {
         self.slots(first, count)
             .into_iter()

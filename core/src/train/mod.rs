@@ -87,6 +87,12 @@ pub enum TrainError {
     NonFinite { step: u64, loss: f64 },
     #[error(transparent)]
     Planning(#[from] PlanningError),
+    /// Not even one of the run's longest examples fits the budget: it, by name.
+    #[error("{}", self.describe(&PlainWords))]
+    LongestDoesNotFit {
+        example: String,
+        error: PlanningError,
+    },
     #[error(transparent)]
     Step(#[from] step::StepError),
     #[error(transparent)]
@@ -119,6 +125,11 @@ impl Described for TrainError {
             TrainError::Data(e) => e.describe(words),
             TrainError::File(e) => e.describe(words),
             TrainError::Planning(e) => e.describe(words),
+            TrainError::LongestDoesNotFit { example, error } => format!(
+                "{example} is longer than any plan can hold: {}; or leave it out of its \
+                 listing (or cut it)",
+                error.describe(words)
+            ),
             TrainError::OutDirInUse { dir, step } => format!(
                 "{} already holds a run (checkpoint at step {step}); continue it ({}), or \
                  choose another {}",

@@ -57,7 +57,16 @@ pub(super) async fn prepare_run<T: RunTask>(
     let lengths = data.lengths();
     let prepared =
         crate::plan::prepare_by_length(config.target(), task, planning, share, &lengths, sink)
-            .await?;
+            .await
+            .map_err(|error| match (&error, data.longest()) {
+                // A plan by length that cannot hold one longest example names it.
+                (PlanningError::Plan(PlanError::DoesNotFit { .. }), Some(example))
+                    if !lengths.is_empty() =>
+                {
+                    TrainError::LongestDoesNotFit { example, error }
+                }
+                _ => error.into(),
+            })?;
     let plan = &prepared.plan;
     config.set_split(plan.split());
     config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());

@@ -173,6 +173,12 @@ pub trait TaskData {
         Vec::new()
     }
 
+    /// The longest example (train or validation), named as a message names it (a file and
+    /// its length): what a plan that cannot hold even one of it says. `None` by default.
+    fn longest(&self) -> Option<String> {
+        None
+    }
+
     /// Lengths of the `count` examples from stream position `first` on, in the stream's
     /// order: a step's, which the loop packs into micro-batches by the run's length buckets
     /// (and reports the padding of, whatever the split). Once the split is by length
