@@ -1,13 +1,14 @@
 //! Speech recognition as a kind of training (issue 29): the recogniser of
 //! [`crate::model::asr`] trained on utterances of every length, each a whole example (no
 //! patches), and measured by its character and word error rates. Its data is the built-in
-//! generated corpus (`headroom_datasets::speech::synthetic`) for now; its module is the
-//! whole of what this kind adds to the engine, with its line in `crate::registry`.
+//! generated corpus (`headroom_datasets::speech::synthetic`) or recordings listed per split
+//! ([`corpus`]); its module is the whole of what this kind adds to the engine, with its line
+//! in `crate::registry`.
 //!
-//! Planned as every task is, by measuring steps: the planner's measuring batches are
-//! utterances as long as the run's longest, so a plan holds for any micro-batch the run
-//! draws; planning by length (a frame budget per micro-batch, filled from length buckets)
-//! is the next step.
+//! Planned by length (`crate::plan::lengths`): [`TrainingTask::at_length`] gives the planner
+//! measuring batches of any length, and the data sorts each step's utterances by length so
+//! that the loop packs them by the plan's buckets. A count per micro-batch given by hand is
+//! planned at the run's longest utterance instead.
 
 pub mod corpus;
 mod data;
