@@ -23,6 +23,9 @@ use crate::registry::info_of;
 use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
 
+/// The speech recogniser's name: the model its recordings and size settings are for.
+const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
+
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
 /// What a run is asked to be.
@@ -158,16 +161,13 @@ pub enum SpecError {
         mels: usize,
     },
     EffectiveBatchWithoutPlanner,
-    /// Speech recordings given for a model that does not read them.
-    SpeechForModel {
+    /// A setting of the speech recogniser's (its recordings, its size) for another model.
+    ForRecogniser {
+        setting: Setting,
         model: String,
     },
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
     SpeechWith(Setting),
-    /// The recogniser's size given for another model.
-    SizeForModel {
-        model: String,
-    },
     Model(ModelError),
     Request(RequestError),
     UnknownDevice(UnknownDevice),
@@ -199,28 +199,16 @@ impl Described for SpecError {
                 words.setting(Setting::PatchesPerSpectrogram),
                 words.setting(Setting::Accumulation)
             ),
-            SpecError::SpeechForModel { model } => format!(
-                "{} lists speech, which {} trains on; {} does not read it",
-                words.setting(Setting::SpeechTrain),
-                words.given(
-                    Setting::Model,
-                    <AsrConfig as crate::model::NamedConfig>::NAME
-                ),
+            SpecError::ForRecogniser { setting, model } => format!(
+                "{} is for {}; {} does not take it",
+                words.setting(*setting),
+                words.given(Setting::Model, RECOGNISER),
                 words.given(Setting::Model, model)
             ),
             SpecError::SpeechWith(setting) => format!(
                 "{} describes machine sounds; a speech run reads {} alone",
                 words.setting(*setting),
                 words.setting(Setting::SpeechTrain)
-            ),
-            SpecError::SizeForModel { model } => format!(
-                "{} sizes {}; {} has one size",
-                words.setting(Setting::AsrSize),
-                words.given(
-                    Setting::Model,
-                    <AsrConfig as crate::model::NamedConfig>::NAME
-                ),
-                words.given(Setting::Model, model)
             ),
             SpecError::Model(error) => error.describe(words),
             SpecError::Request(error) => error.describe(words),
@@ -324,19 +312,7 @@ impl RunSpec {
                 });
             }
         }
-        if let Some(files) = &self.data.speech {
-            self.speech_into(&mut c, files)?;
-        }
-        if let Some(size) = self.asr_size {
-            if self.model_name() != <AsrConfig as crate::model::NamedConfig>::NAME {
-                return Err(SpecError::SizeForModel {
-                    model: self.model_name().to_string(),
-                });
-            }
-            let mut task: AsrConfig = c.model.config()?;
-            task.shape = size.shape();
-            c.model = crate::model::ModelSpec::of(&task);
-        }
+        self.recogniser_into(&mut c)?;
         let split = &self.split;
         given(&mut c.micro_batch, split.micro_batch);
         given(&mut c.n_patches, split.n_patches);
@@ -356,30 +332,45 @@ impl RunSpec {
         Ok(c)
     }
 
-    /// Makes `c`'s recogniser read `files`: only the speech model reads them, and no
-    /// setting of machine sounds goes with them.
-    fn speech_into(&self, c: &mut TrainConfig, files: &SpeechFiles) -> Result<(), SpecError> {
+    /// Gives `c`'s recogniser the recordings and size asked for: only the speech model takes
+    /// them, and no setting of machine sounds goes with recordings.
+    fn recogniser_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
         let d = &self.data;
-        let machine_sounds = [
-            (Setting::DataRoot, d.root.is_some()),
-            (Setting::MachineType, d.machine_type.is_some()),
-            (Setting::NMels, d.n_mels.is_some()),
-            (Setting::SampleRate, d.sample_rate.is_some()),
-            (Setting::Resample, d.resample),
-            (Setting::MachineIds, d.machine_ids.is_some()),
-            (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
-            (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
+        let asked = [
+            (Setting::SpeechTrain, d.speech.is_some()),
+            (Setting::AsrSize, self.asr_size.is_some()),
         ];
-        if let Some((setting, _)) = machine_sounds.iter().find(|(_, given)| *given) {
-            return Err(SpecError::SpeechWith(*setting));
-        }
-        if self.model_name() != <AsrConfig as crate::model::NamedConfig>::NAME {
-            return Err(SpecError::SpeechForModel {
+        let Some(&(first, _)) = asked.iter().find(|(_, given)| *given) else {
+            return Ok(());
+        };
+        if self.model_name() != RECOGNISER {
+            return Err(SpecError::ForRecogniser {
+                setting: first,
                 model: self.model_name().to_string(),
             });
         }
+        if d.speech.is_some() {
+            let machine_sounds = [
+                (Setting::DataRoot, d.root.is_some()),
+                (Setting::MachineType, d.machine_type.is_some()),
+                (Setting::NMels, d.n_mels.is_some()),
+                (Setting::SampleRate, d.sample_rate.is_some()),
+                (Setting::Resample, d.resample),
+                (Setting::MachineIds, d.machine_ids.is_some()),
+                (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
+                (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
+            ];
+            if let Some((setting, _)) = machine_sounds.iter().find(|(_, given)| *given) {
+                return Err(SpecError::SpeechWith(*setting));
+            }
+        }
         let mut task: AsrConfig = c.model.config()?;
-        task.files = Some(files.clone());
+        if let Some(files) = &d.speech {
+            task.files = Some(files.clone());
+        }
+        if let Some(size) = self.asr_size {
+            task.shape = size.shape();
+        }
         c.model = crate::model::ModelSpec::of(&task);
         Ok(())
     }
