@@ -67,26 +67,15 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
         .into_iter()
         .map(|d| {
             let available = d.budget_bytes.saturating_sub(d.resident_bytes);
+            // This machine's times say nothing of a GPU's: a GPU row packs each micro-batch
+            // as full as its bucket allows, and predicts no speed.
             let plan = model
-                .plan(&lengths, effective_batch, available)
-                .map(|(mut buckets, mut predicted)| {
-                    // This machine's times say nothing of a GPU's: a GPU row packs each
-                    // micro-batch as full as its bucket allows, and predicts no speed.
-                    if d.gpu {
-                        buckets.seconds = None;
-                        predicted = model.epochs(
-                            &buckets,
-                            &lengths,
-                            effective_batch,
-                            plan::lengths::PREDICTED_EPOCHS,
-                        );
-                    }
-                    Answer {
-                        padding: predicted.padding.share(),
-                        utterances_per_s: (!d.gpu).then_some(predicted.examples_per_s),
-                        predicted_peak_bytes: d.resident_bytes + predicted.step_bytes,
-                        buckets,
-                    }
+                .plan(&lengths, effective_batch, available, !d.gpu)
+                .map(|(buckets, predicted)| Answer {
+                    padding: predicted.padding.share(),
+                    utterances_per_s: (!d.gpu).then_some(predicted.examples_per_s),
+                    predicted_peak_bytes: d.resident_bytes + predicted.step_bytes,
+                    buckets,
                 })
                 .map_err(|needed| {
                     format!(

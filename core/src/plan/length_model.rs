@@ -128,15 +128,20 @@ impl LengthModel {
     }
 
     /// A what-if: the buckets for `lengths` in `available` bytes and what their epochs are
-    /// predicted to do; `Err` with the bytes one example of the longest needs when not even
-    /// that fits.
+    /// predicted to do; `by_time`: steps packed by this model's time (else each micro-batch
+    /// as full as its bucket allows, for a device whose time it does not know). `Err` with
+    /// the bytes one example of the longest needs when not even that fits.
     pub fn plan(
         &self,
         lengths: &[usize],
         effective_batch: usize,
         available: u64,
+        by_time: bool,
     ) -> Result<(LengthBuckets, Predicted), u64> {
-        let buckets = self.buckets(lengths, effective_batch, available)?;
+        let mut buckets = self.buckets(lengths, effective_batch, available)?;
+        if !by_time {
+            buckets.seconds = None;
+        }
         let predicted = self.epochs(&buckets, lengths, effective_batch, PREDICTED_EPOCHS);
         Ok((buckets, predicted))
     }

@@ -78,8 +78,9 @@ pub fn applies(request: &PlanRequest) -> bool {
         && f.precision.is_none_or(|p| p == Precision::F32)
 }
 
-/// Plans `task` by length over examples of `lengths` (train and validation): calibrates at
-/// several lengths, buckets, and dry-runs the longest bucket and the widest until both
+/// Plans `task` by length over examples of `lengths` (train and validation); `request`'s
+/// resident bytes are raised to what is in use once calibrated. Calibrates at several
+/// lengths, buckets, and dry-runs the longest bucket and the widest until both
 /// fit. Reports a `dry_run` event per measured step and the `plan` event.
 pub async fn prepare<T: TrainingTask>(
     target: Target,
@@ -94,7 +95,9 @@ pub async fn prepare<T: TrainingTask>(
     let effective_batch = request.effective_batch.max(1);
     let gradient_bytes = task.parameters() * 4;
     let mut measurements = calibrate(target, task, longest).await?;
-    let resident = request.resident_bytes;
+    // After calibrating, as `super::prepare` reads it: what the process set up in its
+    // first steps is in use for its life, and the measured steps start from it.
+    let resident = request.resident_bytes.max(super::in_use_now(target));
     let beside = resident + share.read_ahead.bytes(effective_batch);
     let available = request.budget_bytes.saturating_sub(beside);
     let mut last = String::from("the buckets changed with every step measured");

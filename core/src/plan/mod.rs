@@ -373,8 +373,8 @@ pub async fn prepare_by_length<T: TrainingTask>(
     lengths: &[usize],
     sink: &mut dyn EventSink,
 ) -> Result<Prepared, PlanningError> {
-    let resident = share.resident_bytes.max(in_use_now(target));
-    let request = request_for(task, planning, resident, share.read_ahead)?;
+    // What is in use is read after calibrating, by whichever planner runs.
+    let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
     if lengths.is_empty() || task.at_length(1).is_none() || !lengths::applies(&request) {
         return prepare(target, task, planning, share, sink).await;
     }

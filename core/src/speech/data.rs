@@ -54,6 +54,8 @@ pub struct SpeechData {
     resampled: AtomicUsize,
     /// Utterances per step, once each step's are sorted by length (a run split by length).
     sorted_steps: Option<usize>,
+    /// The last step sorted: its first position and its slots.
+    last_step: Option<(u64, Vec<usize>)>,
 }
 
 impl SpeechData {
@@ -152,13 +154,26 @@ impl SpeechData {
         let mut position = first;
         while position < end {
             let start = position / step * step;
-            let mut block: Vec<usize> = (start..start + step).map(|p| self.order.slot(p)).collect();
-            block.sort_by_key(|&i| (self.train[i].frames.as_ref().map_or(0, |s| s.frames), i));
             let until = end.min(start + step);
+            let block = self.sorted_step(start, step);
             slots.extend(&block[(position - start) as usize..(until - start) as usize]);
             position = until;
         }
         slots
+    }
+
+    /// The slots of the step of `step` positions from `start`, sorted by length (ties by
+    /// slot): kept for the step's next micro-batch, which reads the same step.
+    fn sorted_step(&mut self, start: u64, step: u64) -> &[usize] {
+        let kept = matches!(&self.last_step, Some((at, _)) if *at == start);
+        if !kept {
+            let mut block: Vec<usize> = (start..start + step).map(|p| self.order.slot(p)).collect();
+            block.sort_by_key(|&i| (self.train[i].frames.as_ref().map_or(0, |s| s.frames), i));
+            self.last_step = Some((start, block));
+        }
+        self.last_step
+            .as_ref()
+            .map_or(&[], |(_, block)| block.as_slice())
     }
 
     fn vocabulary(&self) -> Result<&Vocabulary, TrainError> {
@@ -286,6 +301,7 @@ impl RunTask for AsrConfig {
             skipped,
             resampled: AtomicUsize::new(0),
             sorted_steps: None,
+            last_step: None,
             train: held(train),
             validation: held(validation),
             test: held(test),
@@ -528,6 +544,7 @@ impl TaskData for SpeechData {
             .length_buckets
             .is_some()
             .then(|| config.clips_per_step());
+        self.last_step = None;
     }
 
     fn normalization(&self) -> Normalization {
