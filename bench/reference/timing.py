@@ -10,8 +10,10 @@ import time
 import torch
 
 
-def arguments(batch, patches, extra=()):
-    ap = argparse.ArgumentParser()
+def arguments(batch, patches, extra=(), parser=None):
+    """The options every reference takes, added to `parser` (a reference's own options
+    first) or to a new one."""
+    ap = parser or argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=batch, help="spectrograms per micro-batch")
     ap.add_argument("--patches", type=int, default=patches, help="patches per spectrogram")
     ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")

@@ -187,16 +187,26 @@ pub fn edges(lengths: &[usize], buckets: usize) -> Vec<usize> {
     edges
 }
 
+/// The micro-batches of `sizes` over `lengths` (sorted, in order), as a step is packed.
+pub fn micro_batches<'a>(
+    lengths: &'a [usize],
+    sizes: &'a [usize],
+) -> impl Iterator<Item = &'a [usize]> + 'a {
+    let mut rest = lengths;
+    sizes.iter().map(move |&size| {
+        let (batch, after) = rest.split_at(size.min(rest.len()));
+        rest = after;
+        batch
+    })
+}
+
 /// Padded and real frames of micro-batches of `sizes` over `lengths` (sorted, in order).
 pub fn padding(lengths: &[usize], sizes: &[usize]) -> Padding {
     let mut padding = Padding::default();
-    let mut rest = lengths;
-    for &size in sizes {
-        let (batch, after) = rest.split_at(size.min(rest.len()));
+    for batch in micro_batches(lengths, sizes) {
         let longest = batch.iter().copied().max().unwrap_or(0);
         padding.frames += batch.iter().sum::<usize>() as u64;
         padding.padded_frames += (longest * batch.len()) as u64;
-        rest = after;
     }
     padding
 }

@@ -139,9 +139,38 @@ fn a_run_planned_by_length_holds_its_plan() {
             s.mem_peak_bytes,
             lengths.most_bytes
         );
+        // Each step's own prediction: the model at the micro-batches it packed, within what
+        // the plan allows, and not far under what the step reached (the in-run accuracy is
+        // bench/speech_inrun's; this catches a prediction of another step or none).
+        let predicted = s
+            .predicted_peak_bytes
+            .expect("a step of a length plan carries its prediction");
+        assert!(
+            predicted <= lengths.most_bytes,
+            "step {} predicted {predicted}, over the most the plan allows {}",
+            s.step,
+            lengths.most_bytes
+        );
+        assert!(
+            predicted as f64 >= 0.9 * s.mem_peak_bytes as f64,
+            "step {} predicted {predicted}, far under the {} it reached",
+            s.step,
+            s.mem_peak_bytes
+        );
         packed_apart |= s.accumulation > 1;
     }
     assert!(packed_apart, "some step needed more than one micro-batch");
+    let validations: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Validation { mem_peak_bytes, .. } => *mem_peak_bytes,
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !validations.is_empty() && validations.iter().all(|&peak| peak > 0 && peak <= budget),
+        "validation reports its peak, within the budget: {validations:?}"
+    );
     assert!(lengths.most_bytes <= budget && plan.predicted_peak_bytes <= lengths.most_bytes);
 }
 

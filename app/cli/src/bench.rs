@@ -3,7 +3,8 @@
 use anyhow::Result;
 use headroom_core::bench::{self, BenchConfig};
 use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
-use headroom_core::registry::{BuiltIn, WithTask, with_default};
+use headroom_core::registry::{BuiltIn, WithTask, with_saved};
+use headroom_core::spec::RunSpec;
 
 use crate::args::BenchArgs;
 use crate::render::mib;
@@ -29,39 +30,48 @@ pub fn run(args: BenchArgs) -> Result<()> {
         warmup: args.warmup,
         seed: args.seed,
         plain_layers: args.plain_layers,
+        frames: args.frames,
     };
     anyhow::ensure!(
         config.micro_batch > 0
             && config.n_patches > 0
             && config.accumulation > 0
-            && config.steps > 0,
-        "--batch-size, --n-patches, --gradient-accumulation-steps and --steps must be at least 1"
+            && config.steps > 0
+            && config.frames != Some(0),
+        "--batch-size, --n-patches, --gradient-accumulation-steps, --steps and --frames must \
+         be at least 1"
     );
-    let result = match args.model.as_deref() {
-        None | Some(VqAutoencoderConfig::NAME) => {
-            if args.profile {
-                return print_profile(&bench::profile(&config, threads)?, args.json);
-            }
-            if args.memory_trace {
-                return print_trace(&bench::memory_trace(&config)?, args.json);
-            }
-            bench::run(&config, threads)?
+    // The model as a run of it is configured (the recogniser's size applied, refused for
+    // another model), then timed.
+    let model = args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME);
+    let spec = RunSpec {
+        model: Some(model.to_string()),
+        asr_size: args.asr_size.map(Into::into),
+        ..RunSpec::default()
+    };
+    let run = spec.train_config(resolved.target())?;
+    let result = if model == VqAutoencoderConfig::NAME {
+        if args.profile {
+            return print_profile(&bench::profile(&config, threads)?, args.json);
         }
-        Some(name) => {
-            anyhow::ensure!(
-                !(args.profile || args.memory_trace || args.plain_layers),
-                "--profile, --memory-trace and --plain-layers look inside the default model's \
-                 layers; {name} is timed as a whole"
-            );
-            struct Time<'a>(&'a BenchConfig, usize);
-            impl WithTask for Time<'_> {
-                type Output = Result<bench::BenchResult, bench::BenchError>;
-                fn run<T: BuiltIn>(self, model: T) -> Self::Output {
-                    bench::run_model(&model, self.0, self.1)
-                }
-            }
-            with_default(name, Time(&config, threads))??
+        if args.memory_trace {
+            return print_trace(&bench::memory_trace(&config)?, args.json);
         }
+        bench::run(&config, threads)?
+    } else {
+        anyhow::ensure!(
+            !(args.profile || args.memory_trace || args.plain_layers),
+            "--profile, --memory-trace and --plain-layers look inside the default model's \
+             layers; {model} is timed as a whole"
+        );
+        struct Time<'a>(&'a BenchConfig, usize);
+        impl WithTask for Time<'_> {
+            type Output = Result<bench::BenchResult, bench::BenchError>;
+            fn run<T: BuiltIn>(self, model: T) -> Self::Output {
+                bench::run_model(&model, self.0, self.1)
+            }
+        }
+        with_saved(&run.model, Time(&config, threads))??
     };
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -75,15 +85,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 mib(result.mem_in_use_peak_bytes)
             )
         };
+        let (rate, micro_batch) = match result.frames {
+            Some(frames) => (
+                "examples/s",
+                format!("{} examples of {frames} frames", result.batch),
+            ),
+            None => (
+                "patches/s",
+                format!("{} x {} patches", result.batch, result.patches),
+            ),
+        };
         println!(
-            "{} ({} threads): {:.1} patches/s, median step {:.1} ms, peak memory {}{in_use}, micro-batch {} x {} patches x {} accumulation",
+            "{} ({} threads): {:.1} {rate}, median step {:.1} ms, peak memory {}{in_use}, micro-batch {micro_batch} x {} accumulation",
             result.backend,
             result.threads,
             result.patches_per_s,
             result.step_ms_median,
             mib(result.mem_peak_bytes),
-            result.batch,
-            result.patches,
             result.accum
         );
     }

@@ -129,8 +129,15 @@ impl ProgressRenderer {
                     self.say(format!("epoch {epoch} done at step {step}, loss {loss:.4}"));
                 }
             }
-            Event::Validation { step, loss } => {
-                self.say(format!("validation at step {step}: loss {loss:.4}"))
+            Event::Validation {
+                step,
+                loss,
+                mem_peak_bytes,
+            } => {
+                let memory = mem_peak_bytes
+                    .map(|peak| format!(" (memory peak {})", mib(peak)))
+                    .unwrap_or_default();
+                self.say(format!("validation at step {step}: loss {loss:.4}{memory}"))
             }
             Event::Checkpoint { step, path } => {
                 self.say(format!("checkpoint at step {step}: {path}"))

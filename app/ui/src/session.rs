@@ -211,7 +211,7 @@ impl Session {
             Event::Epoch { epoch, step } => {
                 self.log.push(format!("epoch {epoch} done at step {step}"))
             }
-            Event::Validation { step, loss } => {
+            Event::Validation { step, loss, .. } => {
                 self.validation.push([*step as f64, *loss]);
                 self.log
                     .push(format!("validation at step {step}: loss {loss:.4}"));
@@ -289,6 +289,7 @@ mod tests {
             mem_budget_bytes: Some(1 << 30),
             phases: Vec::new(),
             padding: None,
+            predicted_peak_bytes: None,
         })
     }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendError, BackendKind};
 use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
-use crate::model::{LayerForms, VqAutoencoderConfig};
+use crate::model::{LayerForms, NamedConfig, VqAutoencoderConfig};
 use crate::readback::block_on;
 use crate::split::Split;
 use crate::step::{StepError, StepSettings, optimizer_step};
@@ -27,6 +27,12 @@ pub enum BenchError {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Step(#[from] StepError),
+    /// A length asked of a task whose examples are all one size.
+    #[error(
+        "{model}'s examples are all one size: time it without a length (a length is for a \
+         model whose examples vary in length, such as the speech recogniser)"
+    )]
+    FixedLength { model: String },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +57,10 @@ pub struct BenchConfig {
     /// burn's own convolutions instead of the CPU forms and kernels (for comparison).
     #[serde(default)]
     pub plain_layers: bool,
+    /// For a task whose examples vary in length: each example's frames (the task's
+    /// longest when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<usize>,
 }
 
 impl BenchConfig {
@@ -69,6 +79,7 @@ impl BenchConfig {
             checkpointing: false,
             precision: Default::default(),
             plain_layers: false,
+            frames: None,
         }
     }
 
@@ -118,6 +129,9 @@ pub struct BenchResult {
     pub mem_in_use_peak_bytes: u64,
     /// Peak resident set of the whole process, like the reference's `peak_rss_mib`.
     pub peak_rss_mib: Option<f64>,
+    /// Each example's frames, where the task's examples vary in length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<usize>,
 }
 
 /// Times the default model (in the layer forms `config` asks for).
@@ -129,12 +143,23 @@ pub fn run(config: &BenchConfig, threads: usize) -> Result<BenchResult, BenchErr
     run_model(&model, config, threads)
 }
 
-/// Times task `task` (a model: its patch task) on random micro-batches shaped as its data.
-pub fn run_model<T: TrainingTask>(
+/// Times task `task` (a model: its patch task) on random micro-batches shaped as its data,
+/// each example `config.frames` long where that is given.
+pub fn run_model<T: TrainingTask + NamedConfig>(
     task: &T,
     config: &BenchConfig,
     threads: usize,
 ) -> Result<BenchResult, BenchError> {
+    let at_length;
+    let task = match config.frames {
+        None => task,
+        Some(frames) => {
+            at_length = task.at_length(frames).ok_or_else(|| BenchError::FixedLength {
+                model: T::NAME.to_string(),
+            })?;
+            &at_length
+        }
+    };
     let device = config
         .backend
         .training_device(config.device, config.checkpointing)?;
@@ -185,6 +210,7 @@ pub fn run_model<T: TrainingTask>(
         mem_peak_bytes: peak,
         mem_in_use_peak_bytes: in_use_peak,
         peak_rss_mib: peak_rss_mib(),
+        frames: config.frames,
     })
 }
 

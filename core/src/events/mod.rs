@@ -39,8 +39,15 @@ pub enum Event {
     Step(StepReport),
     /// An epoch of the train split has been consumed.
     Epoch { epoch: u64, step: u64 },
-    /// Loss on held-out normal clips, without autodiff.
-    Validation { step: u64, loss: f64 },
+    /// Loss on held-out examples, without autodiff.
+    Validation {
+        step: u64,
+        loss: f64,
+        /// The most memory the pass held (as a step's `mem_peak_bytes` counts it): held-out
+        /// batches are planned too, and this is what they reached.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        mem_peak_bytes: Option<u64>,
+    },
     /// A checkpoint was written (atomically).
     Checkpoint { step: u64, path: String },
     /// The device was asked to return cached memory.
@@ -167,6 +174,11 @@ pub struct StepReport {
     /// without padding.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub padding: Option<Padding>,
+    /// What the plan predicts this step's micro-batches reach (by length: the memory model
+    /// at each micro-batch's examples and longest frames), where it predicts this step:
+    /// `None` without a plan, or when a fixed split was changed by a recovery.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub predicted_peak_bytes: Option<u64>,
 }
 
 /// One phase of a step: the network it trained, its loss and gradient norm.
@@ -278,6 +290,7 @@ mod tests {
             mem_budget_bytes: None,
             phases: Vec::new(),
             padding: None,
+            predicted_peak_bytes: None,
         });
         let json: serde_json::Value = serde_json::to_value(&event).unwrap();
         for key in [

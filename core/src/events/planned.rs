@@ -40,6 +40,10 @@ pub struct LengthPlan {
     /// longest it holds. At most the budget.
     #[serde(default)]
     pub most_bytes: u64,
+    /// What a step holds beside its micro-batches (resident bytes, the read-ahead): a
+    /// step's predicted peak is this plus its largest micro-batch's.
+    #[serde(default)]
+    pub beside_bytes: u64,
 }
 
 impl Plan {

@@ -77,6 +77,19 @@ impl LengthModel {
         (self.bytes.at(examples, frames) * (1.0 + self.margin) + held).ceil() as u64
     }
 
+    /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of
+    /// `sizes`: its largest micro-batch's, each at its longest example.
+    pub fn packed_bytes(&self, lengths: &[usize], sizes: &[usize]) -> u64 {
+        let accumulating = sizes.len() > 1;
+        lengths::micro_batches(lengths, sizes)
+            .map(|batch| {
+                let longest = batch.last().copied().unwrap_or(0);
+                self.step_bytes(batch.len(), longest, accumulating)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The most examples of `frames` (at most `most`) whose step fits in `available` bytes;
     /// 0 when not one does.
     pub fn cap(&self, frames: usize, available: u64, most: usize, accumulating: bool) -> usize {
@@ -175,18 +188,11 @@ impl LengthModel {
                 step.sort_unstable();
                 let sizes = buckets.pack(&step);
                 predicted.padding.add(lengths::padding(&step, &sizes));
-                let accumulating = sizes.len() > 1;
-                let mut rest = step.as_slice();
-                for size in sizes {
-                    let (batch, after) = rest.split_at(size);
+                for batch in lengths::micro_batches(&step, &sizes) {
                     let longest = batch.last().copied().unwrap_or(0);
-                    seconds += self.seconds.at(size, longest).max(0.0);
-                    predicted.step_bytes =
-                        predicted
-                            .step_bytes
-                            .max(self.step_bytes(size, longest, accumulating));
-                    rest = after;
+                    seconds += self.seconds.at(batch.len(), longest).max(0.0);
                 }
+                predicted.step_bytes = predicted.step_bytes.max(self.packed_bytes(&step, &sizes));
             }
         }
         if seconds > 0.0 {

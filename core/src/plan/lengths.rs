@@ -233,6 +233,7 @@ fn accept<T: TrainingTask>(
             buckets,
             predicted_padding: padding.share(),
             most_bytes,
+            beside_bytes: beside,
         }),
     };
     let breakdown = super::breakdown_of(task, &plan, resident, &calibration);

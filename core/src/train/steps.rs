@@ -62,20 +62,14 @@ impl<T: RunTask> TaskTrainer<T> {
             }
             let last = step == self.total_steps;
             if every(step, self.config.validate_every) && !last {
-                sink.emit(Event::Validation {
-                    step,
-                    loss: self.validation_loss_async().await?,
-                });
+                sink.emit(self.validation_event().await?);
             }
             if every(step, self.config.checkpoint_every) && !last {
                 self.checkpoint(sink)?;
             }
         }
         if self.data.validation_examples() > 0 {
-            sink.emit(Event::Validation {
-                step: self.step,
-                loss: self.validation_loss_async().await?,
-            });
+            sink.emit(self.validation_event().await?);
         }
         self.checkpoint(sink)?;
         sink.emit(Event::Finished {
@@ -86,6 +80,17 @@ impl<T: RunTask> TaskTrainer<T> {
             host_peak_bytes: crate::memory::host_peak_bytes(),
         });
         Ok(())
+    }
+
+    /// A validation pass, with the most memory it held.
+    async fn validation_event(&mut self) -> Result<Event, TrainError> {
+        self.meter.reset_peak();
+        let loss = self.validation_loss_async().await?;
+        Ok(Event::Validation {
+            step: self.step,
+            loss,
+            mem_peak_bytes: Some(self.meter.sample().peak_bytes),
+        })
     }
 
     /// The epoch that position `position` of the train stream falls in.
@@ -111,6 +116,7 @@ impl<T: RunTask> TaskTrainer<T> {
             None => c.split().micro_batch_sizes(),
         };
         let padding = (!lengths.is_empty()).then(|| crate::lengths::padding(&lengths, &sizes));
+        let predicted_peak_bytes = self.predicted_peak(&lengths, &sizes);
         // One micro-batch at a time, as the plan measured. A file that fails to read ends
         // the micro-batches early; the step then refuses to update (Incomplete), and the
         // file's error is what the run reports.
@@ -193,7 +199,27 @@ impl<T: RunTask> TaskTrainer<T> {
             mem_budget_bytes: self.meter.budget().and_then(Budget::bytes),
             phases,
             padding,
+            predicted_peak_bytes,
         })
+    }
+
+    /// What the plan predicts a step of micro-batches of `sizes` reaches: by length, the
+    /// model at each micro-batch's examples and longest (`lengths` sorted, as packed); for a
+    /// fixed split, the plan's peak while the run keeps the plan's split.
+    fn predicted_peak(&self, lengths: &[usize], sizes: &[usize]) -> Option<u64> {
+        let plan = self.plan.as_ref()?;
+        let by_length = self.calibration.as_ref().and_then(|c| c.lengths);
+        match (&plan.lengths, by_length, self.config.length_buckets.is_some()) {
+            (Some(planned), Some(model), true) => {
+                Some(planned.beside_bytes + model.packed_bytes(lengths, sizes))
+            }
+            (None, _, false) => {
+                let c = &self.config;
+                (c.micro_batch == plan.micro_batch && c.accumulation == plan.accumulation)
+                    .then_some(plan.predicted_peak_bytes)
+            }
+            _ => None,
+        }
     }
 
     /// Ends the task's warm-up on the device without autodiff; outside the step's time and

@@ -135,6 +135,13 @@ pub struct BenchArgs {
     /// The model to time (`trainer-cli models`) [default: vq-patch-ae].
     #[arg(long)]
     pub model: Option<String>,
+    /// The speech recogniser's size (with --model asr-transformer) [default: tiny].
+    #[arg(long, value_enum)]
+    pub asr_size: Option<super::train::AsrSizeArg>,
+    /// Each utterance's log-mel frames (with --model asr-transformer, whose examples vary
+    /// in length) [default: the longest the model plans for].
+    #[arg(long)]
+    pub frames: Option<usize>,
     /// burn's balanced gradient checkpointing.
     #[arg(long, alias = "use_gradient_checkpointing")]
     pub use_gradient_checkpointing: bool,
