@@ -154,9 +154,11 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
     let task = match config.frames {
         None => task,
         Some(frames) => {
-            at_length = task.at_length(frames).ok_or_else(|| BenchError::FixedLength {
-                model: T::NAME.to_string(),
-            })?;
+            at_length = task
+                .at_length(frames)
+                .ok_or_else(|| BenchError::FixedLength {
+                    model: T::NAME.to_string(),
+                })?;
             &at_length
         }
     };

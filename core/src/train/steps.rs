@@ -209,7 +209,11 @@ impl<T: RunTask> TaskTrainer<T> {
     fn predicted_peak(&self, lengths: &[usize], sizes: &[usize]) -> Option<u64> {
         let plan = self.plan.as_ref()?;
         let by_length = self.calibration.as_ref().and_then(|c| c.lengths);
-        match (&plan.lengths, by_length, self.config.length_buckets.is_some()) {
+        match (
+            &plan.lengths,
+            by_length,
+            self.config.length_buckets.is_some(),
+        ) {
             (Some(planned), Some(model), true) => {
                 Some(planned.beside_bytes + model.packed_bytes(lengths, sizes))
             }
