@@ -51,6 +51,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let run = spec.train_config(resolved.target())?;
     let result = if model == VqAutoencoderConfig::NAME {
+        // Before the profile and the trace, which would not read it.
+        if config.frames.is_some() {
+            Err(bench::BenchError::FixedLength {
+                model: model.to_string(),
+            })?;
+        }
         if args.profile {
             return print_profile(&bench::profile(&config, threads)?, args.json);
         }
