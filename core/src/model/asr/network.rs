@@ -12,12 +12,10 @@ use burn::nn::{
     Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig,
     PositionalEncoding, PositionalEncodingConfig,
 };
-use burn::tensor::activation::log_softmax;
+use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
-use crate::model::LayerForms;
-use crate::model::layers;
 
 /// Longest sequence the positional encodings cover, in encoder frames or characters:
 /// 40,000 input frames (400 s at a 10 ms hop) after subsampling.
@@ -118,11 +116,7 @@ impl AsrNetworks {
     pub fn encode(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<3>, Vec<usize>) {
         let [n, length, mels] = features.dims();
         let x = features.reshape([n, 1, length, mels]);
-        // Through the model layers' forms: on the CPU, Headroom's (the first convolution of
-        // one channel by unfolding, the second by flex's unfolded-gradient kernels with the
-        // bias and ReLU fused), which burn's convolutions were a fifth of a step behind.
-        let conv = |layer: &Conv2d, x| layers::conv(layer, x, None, LayerForms::Auto, true);
-        let x = conv(&self.conv2, conv(&self.conv1, x));
+        let x = relu(self.conv2.forward(relu(self.conv1.forward(x))));
         let [_, channels, steps, bands] = x.dims();
         let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);
         let x = self.positions.forward(self.project.forward(x));
