@@ -57,6 +57,19 @@ fn planning(budget: u64) -> Planning {
     Planning::new(budget, Some(STEP), Fixed::default(), task().default_batch()).unwrap()
 }
 
+/// A run of `steps` planned by length for `budget`, which guards it.
+fn planned_trainer(steps: u64, budget: u64) -> TaskTrainer<AsrConfig> {
+    TaskTrainer::<AsrConfig>::new(
+        config(steps),
+        RunOptions {
+            planning: Some(planning(budget)),
+            budget: Some(Budget::new(budget)),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap()
+}
+
 /// A budget in which the longest utterances go two at a time, from a roomy plan's model of
 /// this machine's steps by length; and what the run holds beside its steps.
 fn tight_budget() -> (u64, u64) {
@@ -96,15 +109,7 @@ fn steps(events: &[Event]) -> Vec<StepReport> {
 fn a_run_planned_by_length_holds_its_plan() {
     let _alone = alone();
     let (budget, _) = tight_budget();
-    let mut trainer = TaskTrainer::<AsrConfig>::new(
-        config(6),
-        RunOptions {
-            planning: Some(planning(budget)),
-            budget: Some(Budget::new(budget)),
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
+    let mut trainer = planned_trainer(6, budget);
     let plan = trainer.plan().expect("planned").clone();
     let lengths = plan.lengths.clone().expect("planned by length");
     let buckets = &lengths.buckets.buckets;
@@ -183,15 +188,7 @@ fn a_run_planned_by_length_holds_its_plan() {
 fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
     let _alone = alone();
     let (budget, beside) = tight_budget();
-    let mut planned_run = TaskTrainer::<AsrConfig>::new(
-        config(5),
-        RunOptions {
-            planning: Some(planning(budget)),
-            budget: Some(Budget::new(budget)),
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
+    let mut planned_run = planned_trainer(5, budget);
     let mut a = Vec::new();
     planned_run.run(&mut a).unwrap();
     // The step to starve: the largest of those run in one micro-batch, whose halved buckets
