@@ -27,6 +27,8 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 const STEP: usize = 8;
+/// Steps of the recovery test's runs.
+const RECOVERY_STEPS: u64 = 10;
 
 /// A small corpus of short and long utterances (up to about 8 s).
 fn task() -> AsrConfig {
@@ -71,8 +73,18 @@ fn planned_trainer(steps: u64, budget: u64) -> TaskTrainer<AsrConfig> {
 }
 
 /// A budget in which the longest utterances go two at a time, from a roomy plan's model of
-/// this machine's steps by length; and what the run holds beside its steps.
-fn tight_budget() -> (u64, u64) {
+/// this machine's steps by length.
+struct Tight {
+    budget: u64,
+    /// What the run holds beside its steps.
+    beside: u64,
+    /// What one of the longest utterances needs beside that, alone in a step split in
+    /// micro-batches (predicted, with the planner's margin): the least to which halving
+    /// every bucket can bring a step.
+    one_longest: u64,
+}
+
+fn tight_budget() -> Tight {
     let roomy = headroom_core::readback::block_on(plan_task(
         config(1),
         task(),
@@ -89,10 +101,13 @@ fn tight_budget() -> (u64, u64) {
     );
     let model = roomy.calibration.lengths.expect("a model by length");
     let longest = lengths.buckets.buckets.last().unwrap().frames;
+    let one_longest = model.step_bytes(1, longest, true);
     let beside = roomy.breakdown.resident;
-    let budget =
-        beside + model.step_bytes(2, longest, true) + model.step_bytes(1, longest, true) / 3;
-    (budget, beside)
+    Tight {
+        budget: beside + model.step_bytes(2, longest, true) + one_longest / 3,
+        beside,
+        one_longest,
+    }
 }
 
 fn steps(events: &[Event]) -> Vec<StepReport> {
@@ -108,7 +123,7 @@ fn steps(events: &[Event]) -> Vec<StepReport> {
 #[test]
 fn a_run_planned_by_length_holds_its_plan() {
     let _alone = alone();
-    let (budget, _) = tight_budget();
+    let budget = tight_budget().budget;
     let mut trainer = planned_trainer(6, budget);
     let plan = trainer.plan().expect("planned").clone();
     let lengths = plan.lengths.clone().expect("planned by length");
@@ -182,28 +197,41 @@ fn a_run_planned_by_length_holds_its_plan() {
 /// Run A finds the step of the largest peak; run B trains A's planned configuration (its
 /// buckets, and the time model its steps are packed by, so that B packs every step as A
 /// did: two plans of their own would each fit a time model to their own timings) and lowers
-/// the budget for that step alone, to 85% of what it took: the step runs out, is packed
-/// again with every bucket halved, and is redone; the run goes on to its end.
+/// the budget for that step alone, under what it took but over what one of the longest
+/// utterances needs alone: the step runs out, is packed again with every bucket halved (as
+/// often as it takes), and is redone; the run goes on to its end.
 #[test]
 fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
     let _alone = alone();
-    let (budget, beside) = tight_budget();
-    let mut planned_run = planned_trainer(5, budget);
+    let Tight {
+        budget,
+        beside,
+        one_longest,
+    } = tight_budget();
+    let mut planned_run = planned_trainer(RECOVERY_STEPS, budget);
     let mut a = Vec::new();
     planned_run.run(&mut a).unwrap();
-    // The step to starve: the largest of those run in one micro-batch, whose halved buckets
-    // split it, so that 85% of its peak holds it once redone (a step whose peak was one long
-    // utterance alone cannot be split); the largest of all when none was.
-    let later: Vec<StepReport> = steps(&a).into_iter().skip(1).collect();
-    let whole: Vec<&StepReport> = later.iter().filter(|s| s.accumulation == 1).collect();
-    let largest = if whole.is_empty() {
-        later.iter().max_by_key(|s| s.mem_peak_bytes)
-    } else {
-        whole.into_iter().max_by_key(|s| s.mem_peak_bytes)
-    }
-    .unwrap()
-    .clone();
-    let lowered = beside + (largest.mem_peak_bytes - beside) * 85 / 100;
+    // The lowered budget: 85% of what the step took, and never under one longest
+    // utterance's need, which halving down to one utterance a micro-batch reaches. A step
+    // that peaked on one long utterance alone is shrunk by no split: lowering the budget
+    // to 85% of such a step failed about one run in 35 (session 23), when the step was
+    // chosen among five. Among ten, the largest peak holds several utterances in one
+    // micro-batch all but about once in a thousand runs (measured here: about half the
+    // steps do).
+    let largest = steps(&a)
+        .into_iter()
+        .skip(1)
+        .max_by_key(|s| s.mem_peak_bytes)
+        .unwrap();
+    let took = largest.mem_peak_bytes - beside;
+    assert!(
+        took * 9 / 10 >= one_longest,
+        "no step of the planned run took clearly more than one longest utterance needs: the \
+         largest, step {}, took {took} bytes beside the {beside} the run holds, one longest \
+         utterance {one_longest} (budget {budget})",
+        largest.step
+    );
+    let lowered = beside + (took * 85 / 100).max(one_longest);
     let planned_config = planned_run.config().clone();
     let planned = planned_config.length_buckets.clone().unwrap();
     // Run A's networks and data would count beside run B's steps.
@@ -260,7 +288,11 @@ fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
         );
     }
     let steps = steps(&b);
-    assert_eq!(steps.last().unwrap().step, 5, "the run went on to its end");
+    assert_eq!(
+        steps.last().unwrap().step,
+        RECOVERY_STEPS,
+        "the run went on to its end"
+    );
     let redone = steps.iter().find(|s| s.step == largest.step).unwrap();
     assert!(
         redone.mem_peak_bytes <= lowered,
