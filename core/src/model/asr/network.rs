@@ -16,6 +16,8 @@ use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
+use crate::model::cpu_kernels::{self, ctc::CtcTargets};
+use headroom_datasets::speech::vocab::Vocabulary;
 
 /// Longest sequence the positional encodings cover, in encoder frames or characters:
 /// 40,000 input frames (400 s at a 10 ms hop) after subsampling.
@@ -158,18 +160,33 @@ impl AsrNetworks {
         let [_, steps, _] = encoded.dims();
         let longest = batch.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
 
-        // CTC over the encoder's frames.
-        let log_probs = self.ctc_log_probs(encoded.clone()).swap_dims(0, 1);
-        let targets = int_rows(&batch.tokens, longest, boundary, &device);
-        let input_lengths = int_row(&lengths, &device);
-        let target_lengths = int_row(
-            &batch.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
-            &device,
-        );
-        let ctc = CTCLossConfig::new()
-            .with_zero_infinity(true)
-            .init()
-            .forward(log_probs, targets, input_lengths, target_lengths);
+        // CTC over the encoder's frames: on flex by the host recursions (`cpu_kernels::ctc`),
+        // elsewhere by burn's (a kernel of its own on GPUs).
+        let log_probs = self.ctc_log_probs(encoded.clone());
+        let ctc = if cpu_kernels::runs_on(&device) {
+            cpu_kernels::ctc::loss(
+                log_probs,
+                CtcTargets {
+                    labels: batch.tokens.clone(),
+                    frames: lengths.clone(),
+                    blank: Vocabulary::BLANK,
+                },
+            )
+        } else {
+            CTCLossConfig::new()
+                .with_blank(Vocabulary::BLANK)
+                .with_zero_infinity(true)
+                .init()
+                .forward(
+                    log_probs.swap_dims(0, 1),
+                    int_rows(&batch.tokens, longest, boundary, &device),
+                    int_row(&lengths, &device),
+                    int_row(
+                        &batch.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
+                        &device,
+                    ),
+                )
+        };
         let ctc = ctc.mean();
 
         // The decoder reads <boundary> y1 .. yk and predicts y1 .. yk <boundary>.

@@ -12,6 +12,7 @@
 //! layers (`model::output_only`). Only flex implements this extension: other devices keep
 //! burn's convolutions or their own forms (see `model::conv`).
 
+pub mod ctc;
 pub mod unfold;
 
 use burn::backend::autodiff::Autodiff;
