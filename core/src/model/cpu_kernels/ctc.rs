@@ -5,11 +5,11 @@
 //! tensor ops per encoder frame) and differentiates through every one of them: hundreds of
 //! small ops and their autodiff nodes per micro-batch, which grow with the utterances'
 //! length (perf at 0986097: 8% of the recogniser's forward alone, docs/BENCHMARKS.md). Here
-//! forward is the alpha recursion and backward the beta recursion, each a few operations per
-//! frame and extended label; the gradient is exact, not an approximation of burn's.
+//! forward is the alpha recursion and backward the beta recursion, a few products and sums
+//! per frame and extended label; the gradient is exact, not an approximation of burn's.
 //!
 //! Written by hand because burn 0.22.1's only native CTC (`burn-cubecl`) runs on GPUs; the
-//! recursion is Graves et al. (2006), in log space as PyTorch computes it.
+//! recursions are Graves et al. (2006).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -56,15 +56,6 @@ impl Rows<'_> {
     }
 }
 
-fn log_add(a: f32, b: f32) -> f32 {
-    let (hi, lo) = if a > b { (a, b) } else { (b, a) };
-    if lo == f32::NEG_INFINITY {
-        hi
-    } else {
-        hi + (lo - hi).exp().ln_1p()
-    }
-}
-
 /// blank, l1, blank, l2, ..., lk, blank.
 fn extended(labels: &[usize], blank: usize) -> Vec<usize> {
     let mut out = Vec::with_capacity(2 * labels.len() + 1);
@@ -82,67 +73,118 @@ fn may_skip(ext: &[usize], s: usize, blank: usize) -> bool {
     s >= 2 && ext[s] != blank && ext[s] != ext[s - 2]
 }
 
-/// Log alphas, `[frames, ext.len()]`: the log-probability of every path prefix ending at
-/// frame t in extended label s, frame t's own probability included.
-fn log_alphas(rows: &Rows, frames: usize, ext: &[usize], blank: usize) -> Vec<f32> {
-    let width = ext.len();
-    let mut alpha = vec![f32::NEG_INFINITY; frames * width];
-    alpha[0] = rows.at(0, ext[0]);
-    if width > 1 {
-        alpha[1] = rows.at(0, ext[1]);
-    }
-    for t in 1..frames {
-        let (before, now) = alpha.split_at_mut(t * width);
-        let before = &before[(t - 1) * width..];
-        for s in 0..width {
-            let mut sum = before[s];
-            if s >= 1 {
-                sum = log_add(sum, before[s - 1]);
-            }
-            if may_skip(ext, s, blank) {
-                sum = log_add(sum, before[s - 2]);
-            }
-            now[s] = sum + rows.at(t, ext[s]);
-        }
-    }
-    alpha
+/// One utterance's recursions: its extended labels and their probabilities per frame.
+///
+/// In probabilities scaled per frame (Graves 2012, section 7.3.1), in f64, rather than in
+/// log space: one `exp` per frame and label here, then only products and sums, where log
+/// space takes an `exp` and a `log1p` per frame, label and transition (they were a seventh
+/// of a step's time). Each frame's row is normalised to sum 1 and its scale kept in log
+/// space, so nothing underflows that log space would keep: a row vanishes only when every
+/// label it allows has a probability under f64's least (a log-probability under -700).
+struct Lattice {
+    ext: Vec<usize>,
+    frames: usize,
+    /// `[frames, ext.len()]`: each extended label's probability at each frame.
+    probs: Vec<f64>,
+    blank: usize,
 }
 
-/// Log betas, `[frames, ext.len()]`: the log-probability of every path suffix starting at
-/// frame t in extended label s, frame t's own probability included.
-fn log_betas(rows: &Rows, frames: usize, ext: &[usize], blank: usize) -> Vec<f32> {
-    let width = ext.len();
-    let mut beta = vec![f32::NEG_INFINITY; frames * width];
-    let last = (frames - 1) * width;
-    beta[last + width - 1] = rows.at(frames - 1, ext[width - 1]);
-    if width > 1 {
-        beta[last + width - 2] = rows.at(frames - 1, ext[width - 2]);
-    }
-    for t in (0..frames - 1).rev() {
-        let (now, after) = beta.split_at_mut((t + 1) * width);
-        let now = &mut now[t * width..];
-        let after = &after[..width];
-        for s in 0..width {
-            let mut sum = after[s];
-            if s + 1 < width {
-                sum = log_add(sum, after[s + 1]);
-            }
-            if s + 2 < width && may_skip(ext, s + 2, blank) {
-                sum = log_add(sum, after[s + 2]);
-            }
-            now[s] = sum + rows.at(t, ext[s]);
+impl Lattice {
+    fn new(rows: &Rows, frames: usize, labels: &[usize], blank: usize) -> Self {
+        let ext = extended(labels, blank);
+        let mut probs = Vec::with_capacity(frames * ext.len());
+        for t in 0..frames {
+            probs.extend(ext.iter().map(|&c| f64::from(rows.at(t, c)).exp()));
+        }
+        Self {
+            ext,
+            frames,
+            probs,
+            blank,
         }
     }
-    beta
+
+    fn width(&self) -> usize {
+        self.ext.len()
+    }
+
+    /// Scaled alphas (path prefixes ending at frame t in extended label s, frame t's
+    /// probability included), each frame's row summing to 1, and the transcript's
+    /// log-likelihood; `None` when no path aligns.
+    fn alphas(&self) -> Option<(Vec<f64>, f64)> {
+        let width = self.width();
+        let mut alpha = vec![0.0f64; self.frames * width];
+        let mut log_scale = 0.0;
+        for t in 0..self.frames {
+            let y = &self.probs[t * width..(t + 1) * width];
+            let (before, now) = alpha.split_at_mut(t * width);
+            let now = &mut now[..width];
+            if t == 0 {
+                now[0] = y[0];
+                if width > 1 {
+                    now[1] = y[1];
+                }
+            } else {
+                let before = &before[(t - 1) * width..];
+                for s in 0..width {
+                    let mut sum = before[s];
+                    if s >= 1 {
+                        sum += before[s - 1];
+                    }
+                    if may_skip(&self.ext, s, self.blank) {
+                        sum += before[s - 2];
+                    }
+                    now[s] = sum * y[s];
+                }
+            }
+            log_scale += normalise(now)?;
+        }
+        let last = &alpha[(self.frames - 1) * width..];
+        let end = last[width - 1] + if width > 1 { last[width - 2] } else { 0.0 };
+        (end > 0.0).then(|| (alpha, log_scale + end.ln()))
+    }
+
+    /// Scaled betas (path suffixes starting at frame t in extended label s, frame t's
+    /// probability included), each frame's row summing to 1; `None` when no path aligns.
+    fn betas(&self) -> Option<Vec<f64>> {
+        let width = self.width();
+        let mut beta = vec![0.0f64; self.frames * width];
+        for t in (0..self.frames).rev() {
+            let y = &self.probs[t * width..(t + 1) * width];
+            let (now, after) = beta.split_at_mut((t + 1) * width);
+            let now = &mut now[t * width..];
+            if t + 1 == self.frames {
+                now[width - 1] = y[width - 1];
+                if width > 1 {
+                    now[width - 2] = y[width - 2];
+                }
+            } else {
+                let after = &after[..width];
+                for s in 0..width {
+                    let mut sum = after[s];
+                    if s + 1 < width {
+                        sum += after[s + 1];
+                    }
+                    if s + 2 < width && may_skip(&self.ext, s + 2, self.blank) {
+                        sum += after[s + 2];
+                    }
+                    now[s] = sum * y[s];
+                }
+            }
+            normalise(now)?;
+        }
+        Some(beta)
+    }
 }
 
-/// The log-likelihood of the transcript from the last frame's alphas.
-fn log_likelihood(alpha: &[f32], frames: usize, width: usize) -> f32 {
-    let last = &alpha[(frames - 1) * width..frames * width];
-    if width > 1 {
-        log_add(last[width - 1], last[width - 2])
+/// Scales `row` to sum 1; its log scale, or `None` when it is all zero.
+fn normalise(row: &mut [f64]) -> Option<f64> {
+    let sum: f64 = row.iter().sum();
+    if sum > 0.0 && sum.is_finite() {
+        row.iter_mut().for_each(|v| *v /= sum);
+        Some(sum.ln())
     } else {
-        last[0]
+        None
     }
 }
 
@@ -151,8 +193,10 @@ fn utterance_loss(rows: &Rows, frames: usize, labels: &[usize], blank: usize) ->
     if frames == 0 {
         return f32::INFINITY;
     }
-    let ext = extended(labels, blank);
-    -log_likelihood(&log_alphas(rows, frames, &ext, blank), frames, ext.len())
+    match Lattice::new(rows, frames, labels, blank).alphas() {
+        Some((_, log_likelihood)) => -log_likelihood as f32,
+        None => f32::INFINITY,
+    }
 }
 
 /// One utterance's gradient of `scale` x its loss with respect to its log-probabilities,
@@ -169,24 +213,32 @@ fn utterance_gradient(
     if frames == 0 {
         return;
     }
-    let ext = extended(labels, blank);
-    let width = ext.len();
-    let alpha = log_alphas(rows, frames, &ext, blank);
-    let log_p = log_likelihood(&alpha, frames, width);
-    if !log_p.is_finite() {
+    let lattice = Lattice::new(rows, frames, labels, blank);
+    let (Some((alpha, _)), Some(beta)) = (lattice.alphas(), lattice.betas()) else {
         return;
-    }
-    let beta = log_betas(rows, frames, &ext, blank);
+    };
+    let width = lattice.width();
     let classes = rows.classes;
+    let mut occupancy = vec![0.0f64; width];
     for t in 0..frames {
+        // alpha and beta both hold frame t's probability: one is taken out again. Each
+        // frame's occupancies sum to 1 unscaled, so normalising them undoes both scalings.
+        let span = t * width..(t + 1) * width;
+        for (((o, a), b), y) in occupancy
+            .iter_mut()
+            .zip(&alpha[span.clone()])
+            .zip(&beta[span.clone()])
+            .zip(&lattice.probs[span])
+        {
+            *o = if *y > 0.0 { a * b / y } else { 0.0 };
+        }
+        let total: f64 = occupancy.iter().sum();
+        if !(total > 0.0 && total.is_finite()) {
+            continue;
+        }
         let row = &mut grad[t * classes..(t + 1) * classes];
-        for s in 0..width {
-            let i = t * width + s;
-            // alpha and beta both hold frame t's probability: one is taken out again.
-            let occupancy = alpha[i] + beta[i] - rows.at(t, ext[s]) - log_p;
-            if occupancy > f32::NEG_INFINITY {
-                row[ext[s]] -= scale * occupancy.exp();
-            }
+        for (&class, &o) in lattice.ext.iter().zip(&occupancy) {
+            row[class] -= (f64::from(scale) * o / total) as f32;
         }
     }
 }
