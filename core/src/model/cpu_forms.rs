@@ -51,8 +51,9 @@ pub fn conv(layer: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
     #[cfg(feature = "flex")]
     if let Some(bias) = &layer.bias {
         let [ph, pw] = padding(layer);
-        let symmetric =
-            matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
+        // No padding (the recogniser's subsampling) is symmetric too.
+        let symmetric = matches!(layer.padding, PaddingConfig2d::Valid)
+            || matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
         if super::cpu_kernels::runs_on(&x.device())
             && kh == kw
             && ph == pw
@@ -196,10 +197,14 @@ mod tests {
     use burn::nn::conv::Conv2dConfig;
     use burn::tensor::Distribution;
 
-    fn layer(channels: [usize; 2], stride: usize, device: &Device) -> Conv2d {
+    fn layer(channels: [usize; 2], stride: usize, padding: usize, device: &Device) -> Conv2d {
+        let padding = match padding {
+            0 => PaddingConfig2d::Valid,
+            p => PaddingConfig2d::Explicit(p, p, p, p),
+        };
         Conv2dConfig::new(channels, [3, 3])
             .with_stride([stride, stride])
-            .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+            .with_padding(padding)
             .init(device)
     }
 
@@ -218,15 +223,26 @@ mod tests {
         }
     }
 
-    /// Output, input gradient and weight and bias gradients of `form` against burn's conv2d.
+    /// Output, input gradient and weight and bias gradients of `form` against burn's conv2d
+    /// (padding 1).
     fn check(
         form: fn(&Conv2d, Tensor<4>) -> Tensor<4>,
         channels: [usize; 2],
         stride: usize,
         size: [usize; 2],
     ) {
+        check_padded(form, channels, stride, 1, size)
+    }
+
+    fn check_padded(
+        form: fn(&Conv2d, Tensor<4>) -> Tensor<4>,
+        channels: [usize; 2],
+        stride: usize,
+        padding: usize,
+        size: [usize; 2],
+    ) {
         let device = BackendKind::Flex.device().unwrap().autodiff();
-        let layer = layer(channels, stride, &device);
+        let layer = layer(channels, stride, padding, &device);
         let x = Tensor::<4>::random(
             [3, channels[0], size[0], size[1]],
             Distribution::Normal(0.0, 1.0),
@@ -282,6 +298,16 @@ mod tests {
     fn taps_match_conv2d() {
         check(conv_by_taps, [32, 1], 1, [64, 64]); // out
         check(conv_by_taps, [6, 3], 1, [7, 10]);
+    }
+
+    /// The recogniser's subsampling: 3 x 3 at stride 2 without padding, over odd sizes, from
+    /// one channel (unfolding) and between several (flex's unfolded-gradient kernels).
+    #[test]
+    fn unpadded_stride_two_matches_conv2d() {
+        let auto: fn(&Conv2d, Tensor<4>) -> Tensor<4> = |layer, x| conv(layer, x, false);
+        check_padded(auto, [1, 8], 2, 0, [23, 17]);
+        check_padded(auto, [8, 8], 2, 0, [11, 9]);
+        check_padded(auto, [6, 5], 2, 0, [12, 10]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
+use crate::model::cpu_forms;
 use crate::model::cpu_kernels::{self, ctc::CtcTargets};
 use headroom_datasets::speech::vocab::Vocabulary;
 
@@ -118,7 +119,18 @@ impl AsrNetworks {
     pub fn encode(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<3>, Vec<usize>) {
         let [n, length, mels] = features.dims();
         let x = features.reshape([n, 1, length, mels]);
-        let x = relu(self.conv2.forward(relu(self.conv1.forward(x))));
+        // On the CPU through Headroom's forms (the first convolution, of one channel, by
+        // unfolding; the second by flex's unfolded-gradient kernels; bias and ReLU fused):
+        // burn's weight gradients here are matrix products a few rows wide. Elsewhere burn's
+        // convolutions, the form the recogniser was measured in on wgpu.
+        let conv = |layer: &Conv2d, x: Tensor<4>| {
+            if cpu_forms::is_cpu(&x.device()) {
+                cpu_forms::conv(layer, x, true)
+            } else {
+                relu(layer.forward(x))
+            }
+        };
+        let x = conv(&self.conv2, conv(&self.conv1, x));
         let [_, channels, steps, bands] = x.dims();
         let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);
         let x = self.positions.forward(self.project.forward(x));
