@@ -1,27 +1,24 @@
 //! The speech task's data: the built-in corpus's utterances by split, their log-mel frames
-//! (computed once, kept in host memory), the train stream of shuffled epochs, and what the
-//! loop measures on the held-out splits.
+//! (computed once, kept in host memory) and the train stream of shuffled epochs; the task
+//! over it, and what the loop measures on the held-out splits, in `run_task`.
 
 use std::borrow::Cow;
 
-use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use headroom_datasets::FileError;
-use headroom_datasets::speech::synthetic::{SpeechConfig, SpeechSplit};
+use headroom_datasets::speech::synthetic::SpeechConfig;
 use headroom_datasets::speech::vocab::Vocabulary;
-use headroom_datasets::{LogMel, LogMelConfig, Spectrogram};
+use headroom_datasets::{LogMel, Spectrogram};
 
+use super::AsrConfig;
 use super::corpus::{self, Source};
-use super::{AsrConfig, Longest};
 use crate::config::TrainConfig;
 use crate::data::{EpochOrder, LoaderOptions, Normalization, OnBadFile, report_bad_files};
-use crate::events::{DatasetReport, Results, ResultsRow};
-use crate::metrics::ErrorCount;
-use crate::model::asr::{AsrNetworks, Utterances};
-use crate::readback::{self, LocalFuture};
-use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
+use crate::events::DatasetReport;
+use crate::model::asr::Utterances;
+use crate::train::{TaskData, TrainError};
 
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
@@ -115,33 +112,6 @@ impl SpeechData {
         })
     }
 
-    /// A held-out split with its frames, shortest first, in the batches `batches` makes of
-    /// their lengths. A recording that cannot be read fails the split, or with bad files
-    /// left out is left out and named in `skipped`.
-    fn held_out<'h>(
-        &self,
-        split: &'h [Held],
-        batches: &EvalBatches,
-        skipped: &mut Vec<String>,
-    ) -> Result<Vec<Vec<WithFrames<'h>>>, TrainError> {
-        let mut sorted: Vec<(&Held, Cow<Spectrogram>)> = Vec::with_capacity(split.len());
-        for h in split {
-            match (self.frames_of(h), self.on_bad_file) {
-                (Ok(frames), _) => sorted.push((h, frames)),
-                (Err(e), OnBadFile::Skip) => skipped.push(e.to_string()),
-                (Err(e), OnBadFile::Fail) => return Err(e.into()),
-            }
-        }
-        sorted.sort_by_key(|(_, s)| s.frames);
-        let lengths: Vec<usize> = sorted.iter().map(|(_, s)| s.frames).collect();
-        let mut rest = sorted.into_iter();
-        Ok(batches
-            .sizes(&lengths)
-            .into_iter()
-            .map(|size| rest.by_ref().take(size).collect())
-            .collect())
-    }
-
     /// Train slots of stream positions `first..first + count`: each epoch shuffled by the
     /// seed ([`EpochOrder`]) and, once the run's steps are split by length, each step's
     /// slots sorted by length (ties by slot), so that a micro-batch holds neighbours.
@@ -182,42 +152,6 @@ impl SpeechData {
             .as_ref()
             .ok_or_else(|| TrainError::Task("the vocabulary was not read from the data".into()))
     }
-
-    /// Character and word errors of greedy CTC decoding over `split`, in `batches`
-    /// (shortest first: less padding).
-    async fn errors(
-        &self,
-        networks: &AsrNetworks,
-        split: &[Held],
-        device: &Device,
-        batches: &EvalBatches,
-        skipped: &mut Vec<String>,
-    ) -> Result<Scored, TrainError> {
-        let vocabulary = self.vocabulary()?;
-        let mut scored = Scored::default();
-        for part in self.held_out(split, batches, skipped)? {
-            let picked: Vec<(&Held, &Spectrogram)> = part.iter().map(|(h, s)| (*h, &**s)).collect();
-            let batch = self.batch(&picked, None, device)?;
-            let (paths, lengths) = networks.ctc_best_path(batch.features, &batch.frames);
-            let [_, steps] = paths.dims();
-            let paths = readback::floats(paths).await?;
-            for (i, (held, _)) in part.iter().enumerate() {
-                let path: Vec<usize> = paths[i * steps..][..lengths[i]]
-                    .iter()
-                    .map(|&t| t as usize)
-                    .collect();
-                let heard = vocabulary.decode(&super::collapse(&path));
-                let said = headroom_datasets::speech::vocab::normalise(held.source.transcript());
-                if vocabulary.encode(&said).is_err() {
-                    scored.unknown += 1;
-                }
-                scored.characters.add(ErrorCount::characters(&said, &heard));
-                scored.words.add(ErrorCount::words(&said, &heard));
-                scored.utterances += 1;
-            }
-        }
-        Ok(scored)
-    }
 }
 
 /// An utterance's log-mel, `[mels, frames]`, from its samples at `corpus`'s rate; counts a
@@ -236,175 +170,7 @@ fn features(
     Ok(logmel.compute(&audio.samples))
 }
 
-/// What greedy decoding scored on a split.
-#[derive(Debug, Default)]
-struct Scored {
-    characters: ErrorCount,
-    words: ErrorCount,
-    utterances: usize,
-    /// Utterances whose transcript holds characters the vocabulary lacks.
-    unknown: usize,
-}
-
-impl RunTask for AsrConfig {
-    type Data = SpeechData;
-
-    fn open(
-        self,
-        config: &TrainConfig,
-        loader: &LoaderOptions,
-    ) -> Result<(Self, SpeechData), TrainError> {
-        let mut skipped = Vec::new();
-        let [train, validation, test] = match &self.files {
-            Some(files) => corpus::list(
-                files,
-                config.validation_every_nth_clip,
-                loader.on_bad_file,
-                &mut skipped,
-            )?,
-            None => {
-                let keys = self.corpus.keys();
-                [
-                    SpeechSplit::Train,
-                    SpeechSplit::Validation,
-                    SpeechSplit::Test,
-                ]
-                .map(|split| {
-                    keys.iter()
-                        .filter(|k| k.split == split)
-                        .map(|k| Source::Generated(k.clone()))
-                        .collect()
-                })
-            }
-        };
-        let held = |sources: Vec<Source>| -> Vec<Held> {
-            sources
-                .into_iter()
-                .map(|source| Held {
-                    source,
-                    frames: None,
-                })
-                .collect()
-        };
-        let sample_rate = self.corpus.sample_rate;
-        let data = SpeechData {
-            config: self.clone(),
-            logmel: LogMel::new(LogMelConfig {
-                sample_rate,
-                n_fft: 512,
-                hop: (f64::from(sample_rate) * HOP_S) as usize,
-                n_mels: self.mels,
-            }),
-            order: EpochOrder::new(config.seed, train.len()),
-            order_seed: config.seed,
-            on_bad_file: loader.on_bad_file,
-            skipped,
-            resampled: AtomicUsize::new(0),
-            sorted_steps: None,
-            last_step: None,
-            train: held(train),
-            validation: held(validation),
-            test: held(test),
-            normalization: Normalization {
-                mean: 0.0,
-                std: 1.0,
-            },
-        };
-        Ok((self, data))
-    }
-
-    /// The vocabulary `check` read from the train transcripts, and the longest utterance
-    /// the run holds.
-    fn for_data(mut self, data: &SpeechData) -> Result<Self, TrainError> {
-        self.vocabulary = data.config.vocabulary.clone();
-        let held = data.train.iter().chain(&data.validation);
-        self.longest = Longest {
-            frames: held
-                .clone()
-                .filter_map(|h| h.frames.as_ref().map(|s| s.frames))
-                .max()
-                .unwrap_or(1),
-            characters: held
-                .map(|h| h.source.transcript().chars().count())
-                .max()
-                .unwrap_or(1),
-        };
-        Ok(self)
-    }
-
-    fn validation_loss<'a>(
-        &'a self,
-        networks: &'a AsrNetworks,
-        data: &'a SpeechData,
-        device: &'a Device,
-        batches: &'a EvalBatches,
-    ) -> LocalFuture<'a, Result<f64, TrainError>> {
-        Box::pin(async move {
-            let networks = networks.valid();
-            let vocabulary = data.vocabulary()?;
-            let (mut sum, mut n) = (0.0, 0usize);
-            // Validation is read in `check`: nothing is left out here.
-            for part in data.held_out(&data.validation, batches, &mut Vec::new())? {
-                let picked: Vec<(&Held, &Spectrogram)> =
-                    part.iter().map(|(h, s)| (*h, &**s)).collect();
-                let batch = data.batch(&picked, Some(vocabulary), device)?;
-                let loss = networks.loss(batch, self.ctc_weight, Vocabulary::BOUNDARY);
-                sum += f64::from(readback::scalar(loss.total).await?) * part.len() as f64;
-                n += part.len();
-            }
-            Ok(sum / n.max(1) as f64)
-        })
-    }
-
-    /// CER and WER of greedy CTC decoding on the validation and test splits.
-    fn evaluate<'a>(
-        &'a self,
-        networks: &'a AsrNetworks,
-        data: &'a SpeechData,
-        device: &'a Device,
-        batches: &'a EvalBatches,
-        skipped: Vec<String>,
-    ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
-        Box::pin(async move {
-            let networks = networks.valid();
-            let mut skipped = skipped;
-            let mut rows = Vec::new();
-            let mut about = String::from(
-                "greedy CTC decoding; CER and WER: edits over the references' characters and \
-                 words",
-            );
-            for (label, split) in [("validation", &data.validation), ("test", &data.test)] {
-                if split.is_empty() {
-                    continue;
-                }
-                let scored = data
-                    .errors(&networks, split, device, batches, &mut skipped)
-                    .await?;
-                if scored.unknown > 0 {
-                    about.push_str(&format!(
-                        "; {} {label} utterances hold characters the train transcripts do \
-                         not (counted as errors: the model cannot spell them)",
-                        scored.unknown
-                    ));
-                }
-                rows.push(ResultsRow {
-                    label: label.into(),
-                    examples: scored.utterances,
-                    values: vec![
-                        scored.characters.rate().unwrap_or(f64::NAN),
-                        scored.words.rate().unwrap_or(f64::NAN),
-                    ],
-                });
-            }
-            Ok(Evaluation::Results(Results {
-                about,
-                measures: vec!["CER".into(), "WER".into()],
-                rows,
-                skipped,
-            }))
-        })
-    }
-}
+mod run_task;
 
 impl TaskData for SpeechData {
     type Batch = Utterances;
