@@ -4,13 +4,13 @@
 //! keeping its utterances per step.
 
 use headroom_core::budget::Budget;
-use headroom_core::data::LoaderOptions;
+use headroom_core::data::{LoaderOptions, OnBadFile};
 use headroom_core::events::{Event, StepReport};
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::plan::{Fixed, Planning};
 use headroom_core::speech::AsrConfig;
 use headroom_core::train::{BuiltIn, plan_task};
-use headroom_core::{RunLength, RunOptions, TaskTrainer, TrainConfig};
+use headroom_core::{RunLength, RunOptions, TaskTrainer, TrainConfig, TrainError};
 use headroom_datasets::speech::synthetic::SpeechConfig;
 
 // The budget guard reads host memory on flex, so this binary counts allocations.
@@ -299,4 +299,91 @@ fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
         "the redone step {} is over the lowered budget",
         redone.step
     );
+}
+
+/// A budget in which one of the longest utterances cannot go even alone: with bad files
+/// left out, the utterances no plan holds are left out too, listed with the skipped files,
+/// and the run is planned and trained without them; failing on bad files, the error names
+/// the longest.
+#[test]
+fn utterances_no_plan_holds_are_left_out_with_bad_files() {
+    let _alone = alone();
+    let Tight {
+        beside,
+        one_longest,
+        ..
+    } = tight_budget();
+    let budget = beside + one_longest * 3 / 4;
+    let run_with = |on_bad_file| {
+        TaskTrainer::<AsrConfig>::new(
+            config(2),
+            RunOptions {
+                planning: Some(planning(budget)),
+                budget: Some(Budget::new(budget)),
+                loader: LoaderOptions {
+                    on_bad_file,
+                    ..LoaderOptions::default()
+                },
+                ..RunOptions::default()
+            },
+        )
+    };
+
+    let refused = run_with(OnBadFile::Fail)
+        .err()
+        .expect("the longest does not fit");
+    let words = refused.to_string();
+    assert!(
+        matches!(refused, TrainError::LongestDoesNotFit { .. })
+            && words.contains("is longer than any plan can hold")
+            && words.contains(" frames, "),
+        "{words}"
+    );
+
+    let mut trainer = run_with(OnBadFile::Skip).expect("planned without the longest");
+    let longest_planned = trainer
+        .plan()
+        .and_then(|p| p.lengths.as_ref())
+        .map(|l| l.buckets.buckets.last().unwrap().frames)
+        .expect("planned by length");
+    let mut events = Vec::new();
+    trainer.run(&mut events).unwrap();
+    let dataset = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Dataset(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("the run reports its dataset");
+    assert!(
+        !dataset.skipped.is_empty()
+            && dataset
+                .skipped
+                .iter()
+                .all(|s| s.contains("longer than any plan within the memory budget can hold")),
+        "{:?}",
+        dataset.skipped
+    );
+    assert_eq!(
+        dataset.train_clips + dataset.validation_clips + dataset.skipped.len(),
+        task().corpus.train + task().corpus.validation,
+        "every utterance trained, held out for validation or listed as left out"
+    );
+    // The left-out utterances are the longest: each is longer than any bucket.
+    for skipped in &dataset.skipped {
+        let frames: usize = skipped
+            .split(" frames")
+            .next()
+            .and_then(|s| s.rsplit('(').next())
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("no length in {skipped}"));
+        assert!(
+            frames > longest_planned,
+            "{skipped}: planned up to {longest_planned}"
+        );
+    }
+    let steps = steps(&events);
+    assert_eq!(steps.len(), 2);
+    assert!(steps.iter().all(|s| s.mem_peak_bytes <= budget));
+    assert!(!events.iter().any(|e| matches!(e, Event::Recovery(_))));
 }

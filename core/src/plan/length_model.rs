@@ -105,6 +105,28 @@ impl LengthModel {
         lo
     }
 
+    /// The longest example shorter than `longest` frames that a micro-batch holds alone in
+    /// `available` bytes (`accumulating`: beside a step's summed gradients); `None` when
+    /// not even one frame does.
+    pub fn longest_alone(
+        &self,
+        available: u64,
+        accumulating: bool,
+        longest: usize,
+    ) -> Option<usize> {
+        let fits = |frames: usize| self.step_bytes(1, frames, accumulating) <= available;
+        if longest <= 1 || !fits(1) {
+            return None;
+        }
+        // Bytes grow with frames (every term of the fit is non-negative).
+        let (mut lo, mut hi) = (1, longest - 1);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) { lo = mid } else { hi = mid - 1 }
+        }
+        Some(lo)
+    }
+
     /// Buckets for a run of examples of `lengths`, `effective_batch` per step, in
     /// `available` bytes beside what is resident; `Err` with the bytes one example of the
     /// longest needs when not even that fits.

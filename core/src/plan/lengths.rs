@@ -118,6 +118,7 @@ pub async fn prepare<T: TrainingTask>(
                 available,
                 budget: request.budget_bytes,
                 resident,
+                longest_fitting: model.longest_alone(available, effective_batch > 1, longest),
             })?;
         let accumulating = |b: &LengthBucket| b.examples < effective_batch;
         let mut checks: Vec<LengthBucket> = buckets.buckets.last().copied().into_iter().collect();

@@ -2,7 +2,7 @@
 //! planning a resumed run, which keeps its effective batch.
 
 use crate::config::TrainConfig;
-use crate::data::LoaderOptions;
+use crate::data::{LoaderOptions, OnBadFile};
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
 use crate::plan::{PlanError, Planning, PlanningError, Prepared, RunShare};
@@ -36,6 +36,54 @@ pub(super) async fn plan_run<T: RunTask>(
         prepared: Some(prepared),
         events,
     })
+}
+
+/// Times a fresh run leaves out examples that no plan can hold and plans again: the length
+/// model refitted at the shorter longest may still find the new longest too long.
+const LEAVE_OUT_ROUNDS: usize = 3;
+
+/// The task fitted to `data` and a fresh run's plan ([`plan_run`]). With bad files left out
+/// rather than failed on, the examples longer than any plan within the budget can hold are
+/// left out too (listed with the skipped files; `PlanError::DoesNotFit` says how long an
+/// example one step can hold is), and the task is fitted and planned again without them;
+/// otherwise the error names the longest.
+pub(super) async fn fit_and_plan<T: RunTask>(
+    config: &mut TrainConfig,
+    task: T,
+    data: &mut T::Data,
+    options: &RunOptions,
+) -> Result<(T, Planned), TrainError> {
+    let mut task = task.for_data(data)?;
+    for round in 1.. {
+        let planned = plan_run(config, &task, data, options).await;
+        let fitting = match &planned {
+            Err(TrainError::LongestDoesNotFit {
+                error:
+                    PlanningError::Plan(PlanError::DoesNotFit {
+                        longest_fitting: Some(frames),
+                        ..
+                    }),
+                ..
+            }) if options.loader.on_bad_file == OnBadFile::Skip && round <= LEAVE_OUT_ROUNDS => {
+                *frames
+            }
+            _ => return planned.map(|planned| (task, planned)),
+        };
+        let left_out = data.leave_out_longer_than(fitting);
+        if left_out == 0 {
+            return planned.map(|planned| (task, planned));
+        }
+        if data.train_examples() == 0 {
+            return Err(TrainError::EmptyTrainSplit);
+        }
+        tracing::warn!(
+            left_out,
+            longest = fitting,
+            "examples longer than any plan can hold are left out"
+        );
+        task = task.for_data(data)?;
+    }
+    unreachable!("the rounds end in a return")
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
@@ -88,8 +136,18 @@ pub async fn plan_task<T: RunTask>(
     config.validate()?;
     let (task, mut data) = task.open(&config, loader)?;
     data.check()?;
-    let task = task.for_data(&data)?;
-    prepare_run(&mut config, &task, &data, planning, loader, sink).await
+    let options = RunOptions {
+        planning: Some(*planning),
+        loader: loader.clone(),
+        ..RunOptions::default()
+    };
+    let (_, planned) = fit_and_plan(&mut config, task, &mut data, &options).await?;
+    for event in planned.events {
+        sink.emit(event);
+    }
+    planned
+        .prepared
+        .ok_or_else(|| TrainError::Task("planning was asked for and made no plan".into()))
 }
 
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram

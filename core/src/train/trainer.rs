@@ -11,7 +11,7 @@ use crate::plan::Plan;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
-use super::planning::{Planned, plan_run, replan_resumed};
+use super::planning::{Planned, fit_and_plan, replan_resumed};
 use super::run_task::{RunTask, TaskData};
 use super::{RunOptions, Start, TaskTrainer, TrainError};
 
@@ -37,10 +37,9 @@ impl<T: RunTask> TaskTrainer<T> {
         }
         let (task, mut data) = task.open(&config, &options.loader)?;
         data.check()?;
-        let task = task.for_data(&data)?;
         let mut config = config;
+        let (task, planned) = fit_and_plan(&mut config, task, &mut data, &options).await?;
         config.model = ModelSpec::of(&task);
-        let planned = plan_run(&mut config, &task, &data, &options).await?;
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);
         let networks = task.networks(&device);

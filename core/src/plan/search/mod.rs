@@ -117,6 +117,9 @@ pub enum PlanError {
         available: u64,
         budget: u64,
         resident: u64,
+        /// Planned by length: the longest example, in frames, that a step could hold alone
+        /// (`None`: not even the shortest, or a plan of fixed-size examples).
+        longest_fitting: Option<usize>,
     },
 }
 
@@ -129,6 +132,7 @@ impl Described for PlanError {
                 available,
                 budget,
                 resident,
+                ..
             } => format!(
                 "nothing fits: the smallest step ({smallest}) needs {} but the budget leaves {} \
                  ({} budget, {} already in use); raise {} or {}, free memory on the device, \
@@ -278,6 +282,7 @@ pub fn search(
             available,
             budget: request.budget_bytes,
             resident: request.resident_bytes,
+            longest_fitting: None,
         });
     };
     let reason = reason(memory, best, request, available);

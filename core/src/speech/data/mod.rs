@@ -23,6 +23,16 @@ use crate::train::{TaskData, TrainError};
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
 
+/// An utterance named as a message names it: its file (or generated key) and its length.
+fn name(held: &Held) -> String {
+    let frames = held.frames.as_ref().map_or(0, |s| s.frames);
+    format!(
+        "{} ({frames} frames, {:.1} s)",
+        held.source.name(),
+        frames as f64 * HOP_S
+    )
+}
+
 /// A held utterance with its frames, kept or computed.
 type WithFrames<'h> = (&'h Held, Cow<'h, Spectrogram>);
 
@@ -287,14 +297,29 @@ impl TaskData for SpeechData {
 
     fn longest(&self) -> Option<String> {
         let held = self.train.iter().chain(&self.validation);
-        let (h, frames) = held
-            .filter_map(|h| h.frames.as_ref().map(|s| (h, s.frames)))
-            .max_by_key(|(_, frames)| *frames)?;
-        Some(format!(
-            "{} ({frames} frames, {:.1} s)",
-            h.source.name(),
-            frames as f64 * HOP_S
-        ))
+        held.filter(|h| h.frames.is_some())
+            .max_by_key(|h| h.frames.as_ref().map_or(0, |s| s.frames))
+            .map(name)
+    }
+
+    fn leave_out_longer_than(&mut self, frames: usize) -> usize {
+        let mut left_out = Vec::new();
+        for split in [&mut self.train, &mut self.validation] {
+            split.retain(|h| {
+                let longer = h.frames.as_ref().is_some_and(|s| s.frames > frames);
+                if longer {
+                    left_out.push(format!(
+                        "{}: longer than any plan within the memory budget can hold",
+                        name(h)
+                    ));
+                }
+                !longer
+            });
+        }
+        self.order = EpochOrder::new(self.order_seed, self.train.len());
+        let count = left_out.len();
+        self.skipped.extend(left_out);
+        count
     }
 
     fn lengths_at(&mut self, first: u64, count: usize) -> Vec<usize> {

@@ -179,6 +179,14 @@ pub trait TaskData {
         None
     }
 
+    /// Leaves out every train and validation example longer than `frames` (one no plan
+    /// within the budget can hold), listing each with the skipped files; how many. Called
+    /// before the train stream starts, when bad files are left out rather than failed on.
+    /// Nothing by default (every example is one size).
+    fn leave_out_longer_than(&mut self, _frames: usize) -> usize {
+        0
+    }
+
     /// Lengths of the `count` examples from stream position `first` on, in the stream's
     /// order: a step's, which the loop packs into micro-batches by the run's length buckets
     /// (and reports the padding of, whatever the split). Once the split is by length
