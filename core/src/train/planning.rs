@@ -76,7 +76,8 @@ pub(super) async fn fit_and_plan<T: RunTask>(
         if data.train_examples() == 0 {
             return Err(TrainError::EmptyTrainSplit);
         }
-        tracing::warn!(
+        // The dataset report lists each one with the skipped files; no warning on top.
+        tracing::info!(
             left_out,
             longest = fitting,
             "examples longer than any plan can hold are left out"
