@@ -4,6 +4,7 @@
 use web_time::Instant;
 
 use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, Results, RunInfo};
+use headroom_core::lengths::Padding;
 
 /// One memory reading of a step, for the bars and their history.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,6 +49,9 @@ pub struct Session {
     /// A task's own figures, when it is not the patch task.
     pub results: Option<Results>,
     pub checkpoints: Vec<String>,
+    /// Frames the steps computed with and without padding, summed: examples of every
+    /// length (utterances) only.
+    pub padding: Option<Padding>,
     /// Everything that happened, in words, newest last.
     pub log: Vec<String>,
     pub error: Option<String>,
@@ -76,6 +80,7 @@ impl Default for Session {
             evaluation: None,
             results: None,
             checkpoints: Vec::new(),
+            padding: None,
             log: Vec::new(),
             error: None,
             started: None,
@@ -139,10 +144,12 @@ impl Session {
                     .push(format!("memory budget {} ({source})", human(*bytes)));
             }
             Event::DryRun(d) => self.log.push(format!(
-                "dry-run {}: micro-batch {} x {} patches measured {} of {} - {}",
+                "dry-run {}: {} measured {} of {} - {}",
                 d.attempt,
-                d.micro_batch,
-                d.n_patches,
+                match d.frames {
+                    Some(frames) => format!("{} utterances of {frames} frames", d.micro_batch),
+                    None => format!("micro-batch {} x {} patches", d.micro_batch, d.n_patches),
+                },
                 human(d.measured_peak_bytes),
                 human(d.budget_bytes),
                 if d.fits { "fits" } else { "over, re-planning" }
@@ -153,9 +160,18 @@ impl Session {
             }
             Event::Dataset(d) => {
                 self.log.push(format!(
-                    "dataset {}: {} train, {} validation, {} test clips",
-                    d.source, d.train_clips, d.validation_clips, d.test_clips
+                    "dataset {}: {} train, {} validation, {} test clips{}",
+                    d.source,
+                    d.train_clips,
+                    d.validation_clips,
+                    d.test_clips,
+                    match d.skipped.len() {
+                        0 => String::new(),
+                        n => format!(", {n} left out"),
+                    }
                 ));
+                self.log
+                    .extend(d.skipped.iter().map(|s| format!("left out: {s}")));
                 self.dataset = Some(d.clone());
             }
             Event::Config(info) => {
@@ -165,9 +181,24 @@ impl Session {
                     self.state = RunState::Training;
                 }
                 self.log.push(format!(
-                    "training {} on {} ({}): {} steps, effective batch {} patches",
-                    info.model, info.backend, info.device, info.total_steps, info.effective_batch
+                    "training {} on {} ({}): {} steps, effective batch {} {}",
+                    info.model,
+                    info.backend,
+                    info.device,
+                    info.total_steps,
+                    info.effective_batch,
+                    if info.length_buckets.is_some() {
+                        "utterances"
+                    } else {
+                        "patches"
+                    }
                 ));
+                if let Some(buckets) = &info.length_buckets {
+                    self.log.push(format!(
+                        "packed by length; a micro-batch holds {}",
+                        buckets.words()
+                    ));
+                }
                 self.info = Some(info.clone());
             }
             Event::Recovery(r) => {
@@ -194,6 +225,11 @@ impl Session {
                         }
                     };
                     self.phase_losses[at].1.push([step, phase.loss]);
+                }
+                if let Some(padding) = s.padding {
+                    self.padding
+                        .get_or_insert_with(Padding::default)
+                        .add(padding);
                 }
                 self.throughput.push([step, s.patches_per_s]);
                 self.memory.push(MemorySample {
@@ -251,6 +287,13 @@ impl Session {
                 };
                 self.log
                     .push(format!("training {how} at step {step} in {elapsed_s:.1} s"));
+                if let Some(padding) = self.padding.filter(|p| p.padded_frames > 0) {
+                    self.log.push(format!(
+                        "padding: {:.1}% of the {} frames the steps computed",
+                        100.0 * padding.share(),
+                        padding.padded_frames
+                    ));
+                }
             }
         }
     }
@@ -365,5 +408,85 @@ mod tests {
         }));
         assert_eq!(session.recoveries, vec![(3, 8, 4)]);
         assert!(session.log.last().unwrap().contains("micro-batch 8 -> 4"));
+    }
+
+    /// A run of utterances: its dry-run in utterances and frames, the utterances left out
+    /// by name, and the padding its steps computed, summed and said when it ends.
+    #[test]
+    fn a_run_by_length_says_its_frames_what_it_left_out_and_its_padding() {
+        let mut session = Session::starting();
+        session.apply(&Event::DryRun(headroom_core::events::DryRunReport {
+            attempt: 1,
+            micro_batch: 2,
+            n_patches: 1,
+            accumulation: 4,
+            checkpointing: false,
+            precision: headroom_core::precision::Precision::F32,
+            predicted_peak_bytes: 70 << 20,
+            measured_peak_bytes: 68 << 20,
+            budget_bytes: 80 << 20,
+            fits: true,
+            frames: Some(1877),
+        }));
+        assert!(
+            session.log[0].starts_with("dry-run 1: 2 utterances of 1877 frames measured"),
+            "{}",
+            session.log[0]
+        );
+        session.apply(&Event::Dataset(DatasetReport {
+            source: "generated speech".into(),
+            machine_types: Vec::new(),
+            train_clips: 237,
+            validation_clips: 24,
+            test_clips: 48,
+            resident: true,
+            host_memory_bytes: 1 << 30,
+            skipped: vec!["utterance 57 (2947 frames, 29.5 s): longer than any plan".into()],
+        }));
+        assert!(session.log[1].ends_with("48 test clips, 1 left out"));
+        assert!(session.log[2].starts_with("left out: utterance 57 (2947 frames"));
+        for (at, (frames, padded)) in [(1, (300, 400)), (2, (100, 400))] {
+            let Event::Step(mut report) = step(at, 1.0) else {
+                unreachable!()
+            };
+            report.padding = Some(Padding {
+                frames,
+                padded_frames: padded,
+            });
+            session.apply(&Event::Step(report));
+        }
+        assert_eq!(
+            session.padding,
+            Some(Padding {
+                frames: 400,
+                padded_frames: 800
+            })
+        );
+        session.apply(&Event::Finished {
+            step: 2,
+            total_steps: 2,
+            stopped_early: false,
+            elapsed_s: 1.0,
+            host_peak_bytes: None,
+        });
+        assert_eq!(
+            session.log.last().unwrap(),
+            "padding: 50.0% of the 800 frames the steps computed"
+        );
+    }
+
+    #[test]
+    fn a_run_of_patches_says_no_padding() {
+        let mut session = Session::starting();
+        session.apply(&step(1, 0.5));
+        session.apply(&Event::Finished {
+            step: 1,
+            total_steps: 1,
+            stopped_early: false,
+            elapsed_s: 1.0,
+            host_peak_bytes: None,
+        });
+        assert_eq!(session.padding, None);
+        assert!(session.log.last().unwrap().starts_with("training finished"));
     }
 }

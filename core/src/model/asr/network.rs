@@ -17,7 +17,6 @@ use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
 use crate::model::cpu_forms;
-use crate::model::cpu_kernels::{self, ctc::CtcTargets};
 use headroom_datasets::speech::vocab::Vocabulary;
 
 /// Longest sequence the positional encodings cover, in encoder frames or characters:
@@ -175,17 +174,9 @@ impl AsrNetworks {
         // CTC over the encoder's frames: on flex by the host recursions (`cpu_kernels::ctc`),
         // elsewhere by burn's (a kernel of its own on GPUs).
         let log_probs = self.ctc_log_probs(encoded.clone());
-        let ctc = if cpu_kernels::runs_on(&device) {
-            cpu_kernels::ctc::loss(
-                log_probs,
-                CtcTargets {
-                    labels: batch.tokens.clone(),
-                    frames: lengths.clone(),
-                    blank: Vocabulary::BLANK,
-                },
-            )
-        } else {
-            CTCLossConfig::new()
+        let ctc = match host_ctc(&log_probs, &batch.tokens, &lengths) {
+            Some(ctc) => ctc,
+            None => CTCLossConfig::new()
                 .with_blank(Vocabulary::BLANK)
                 .with_zero_infinity(true)
                 .init()
@@ -197,7 +188,7 @@ impl AsrNetworks {
                         &batch.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
                         &device,
                     ),
-                )
+                ),
         };
         let ctc = ctc.mean();
 
@@ -266,6 +257,27 @@ fn padding_mask(lengths: &[usize], steps: usize, device: &Device) -> Tensor<2, B
         .flat_map(|&len| (0..steps).map(move |i| i >= len))
         .collect();
     Tensor::from_data(TensorData::new(values, [lengths.len(), steps]), device)
+}
+
+/// Each utterance's CTC loss by Headroom's host recursions, on flex; `None` elsewhere.
+#[cfg(feature = "flex")]
+fn host_ctc(log_probs: &Tensor<3>, tokens: &[Vec<usize>], frames: &[usize]) -> Option<Tensor<1>> {
+    use crate::model::cpu_kernels::{self, ctc::CtcTargets};
+    cpu_kernels::runs_on(&log_probs.device()).then(|| {
+        cpu_kernels::ctc::loss(
+            log_probs.clone(),
+            CtcTargets {
+                labels: tokens.to_vec(),
+                frames: frames.to_vec(),
+                blank: Vocabulary::BLANK,
+            },
+        )
+    })
+}
+
+#[cfg(not(feature = "flex"))]
+fn host_ctc(_: &Tensor<3>, _: &[Vec<usize>], _: &[usize]) -> Option<Tensor<1>> {
+    None
 }
 
 fn int_row(values: &[usize], device: &Device) -> Tensor<1, Int> {
