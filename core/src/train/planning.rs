@@ -54,7 +54,8 @@ pub(super) async fn fit_and_plan<T: RunTask>(
     options: &RunOptions,
 ) -> Result<(T, Planned), TrainError> {
     let mut task = task.for_data(data)?;
-    for round in 1.. {
+    let mut rounds = 0;
+    loop {
         let planned = plan_run(config, &task, data, options).await;
         let fitting = match &planned {
             Err(TrainError::LongestDoesNotFit {
@@ -64,17 +65,17 @@ pub(super) async fn fit_and_plan<T: RunTask>(
                         ..
                     }),
                 ..
-            }) if options.loader.on_bad_file == OnBadFile::Skip && round <= LEAVE_OUT_ROUNDS => {
+            }) if options.loader.on_bad_file == OnBadFile::Skip && rounds < LEAVE_OUT_ROUNDS => {
                 *frames
             }
             _ => return planned.map(|planned| (task, planned)),
         };
+        rounds += 1;
+        // With every train example left out there is nothing to train: the error, which
+        // names the longest and what the budget leaves, says more.
         let left_out = data.leave_out_longer_than(fitting);
-        if left_out == 0 {
+        if left_out == 0 || data.train_examples() == 0 {
             return planned.map(|planned| (task, planned));
-        }
-        if data.train_examples() == 0 {
-            return Err(TrainError::EmptyTrainSplit);
         }
         // The dataset report lists each one with the skipped files; no warning on top.
         tracing::info!(
@@ -84,7 +85,6 @@ pub(super) async fn fit_and_plan<T: RunTask>(
         );
         task = task.for_data(data)?;
     }
-    unreachable!("the rounds end in a return")
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.

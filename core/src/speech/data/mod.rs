@@ -20,6 +20,8 @@ use crate::events::DatasetReport;
 use crate::model::asr::Utterances;
 use crate::train::{TaskData, TrainError};
 
+mod run_task;
+
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
 
@@ -180,8 +182,6 @@ fn features(
     Ok(logmel.compute(&audio.samples))
 }
 
-mod run_task;
-
 impl TaskData for SpeechData {
     type Batch = Utterances;
 
@@ -317,6 +317,7 @@ impl TaskData for SpeechData {
             });
         }
         self.order = EpochOrder::new(self.order_seed, self.train.len());
+        self.last_step = None;
         let count = left_out.len();
         self.skipped.extend(left_out);
         count
