@@ -42,22 +42,24 @@ pub(super) async fn plan_run<T: RunTask>(
 /// model refitted at the shorter longest may still find the new longest too long.
 const LEAVE_OUT_ROUNDS: usize = 3;
 
-/// The task fitted to `data` and a fresh run's plan ([`plan_run`]). With bad files left out
-/// rather than failed on, the examples longer than any plan within the budget can hold are
-/// left out too (listed with the skipped files; `PlanError::DoesNotFit` says how long an
-/// example one step can hold is), and the task is fitted and planned again without them;
-/// otherwise the error names the longest.
+/// The task fitted to `data` and a fresh run's plan ([`prepare_run`], its events to
+/// `sink`). With bad files left out rather than failed on, the examples longer than any
+/// plan within the budget can hold are left out too (listed with the skipped files;
+/// `PlanError::DoesNotFit` says how long an example one step can hold is), and the task is
+/// fitted and planned again without them; otherwise the error names the longest.
 pub(super) async fn fit_and_plan<T: RunTask>(
     config: &mut TrainConfig,
     task: T,
     data: &mut T::Data,
-    options: &RunOptions,
-) -> Result<(T, Planned), TrainError> {
+    planning: &Planning,
+    loader: &LoaderOptions,
+    sink: &mut dyn EventSink,
+) -> Result<(T, Prepared), TrainError> {
     let mut task = task.for_data(data)?;
     let mut rounds = 0;
     loop {
-        let planned = plan_run(config, &task, data, options).await;
-        let fitting = match &planned {
+        let prepared = prepare_run(config, &task, data, planning, loader, sink).await;
+        let fitting = match &prepared {
             Err(TrainError::LongestDoesNotFit {
                 error:
                     PlanningError::Plan(PlanError::DoesNotFit {
@@ -65,17 +67,15 @@ pub(super) async fn fit_and_plan<T: RunTask>(
                         ..
                     }),
                 ..
-            }) if options.loader.on_bad_file == OnBadFile::Skip && rounds < LEAVE_OUT_ROUNDS => {
-                *frames
-            }
-            _ => return planned.map(|planned| (task, planned)),
+            }) if loader.on_bad_file == OnBadFile::Skip && rounds < LEAVE_OUT_ROUNDS => *frames,
+            _ => return prepared.map(|prepared| (task, prepared)),
         };
         rounds += 1;
         // With every train example left out there is nothing to train: the error, which
         // names the longest and what the budget leaves, says more.
         let left_out = data.leave_out_longer_than(fitting);
         if left_out == 0 || data.train_examples() == 0 {
-            return planned.map(|planned| (task, planned));
+            return prepared.map(|prepared| (task, prepared));
         }
         // The dataset report lists each one with the skipped files; no warning on top.
         tracing::info!(
@@ -137,18 +137,9 @@ pub async fn plan_task<T: RunTask>(
     config.validate()?;
     let (task, mut data) = task.open(&config, loader)?;
     data.check()?;
-    let options = RunOptions {
-        planning: Some(*planning),
-        loader: loader.clone(),
-        ..RunOptions::default()
-    };
-    let (_, planned) = fit_and_plan(&mut config, task, &mut data, &options).await?;
-    for event in planned.events {
-        sink.emit(event);
-    }
-    planned
-        .prepared
-        .ok_or_else(|| TrainError::Task("planning was asked for and made no plan".into()))
+    fit_and_plan(&mut config, task, &mut data, planning, loader, sink)
+        .await
+        .map(|(_, prepared)| prepared)
 }
 
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram

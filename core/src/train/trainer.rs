@@ -38,7 +38,23 @@ impl<T: RunTask> TaskTrainer<T> {
         let (task, mut data) = task.open(&config, &options.loader)?;
         data.check()?;
         let mut config = config;
-        let (task, planned) = fit_and_plan(&mut config, task, &mut data, &options).await?;
+        let (task, planned) = match &options.planning {
+            Some(planning) => {
+                let mut events = Vec::new();
+                let (task, prepared) = fit_and_plan(
+                    &mut config,
+                    task,
+                    &mut data,
+                    planning,
+                    &options.loader,
+                    &mut events,
+                )
+                .await?;
+                let prepared = Some(prepared);
+                (task, Planned { prepared, events })
+            }
+            None => (task.for_data(&data)?, Planned::default()),
+        };
         config.model = ModelSpec::of(&task);
         let device = config.target().training_device(config.checkpointing)?;
         device.seed(config.seed);

@@ -143,6 +143,19 @@ fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape))
 }
 
+/// `ours` equals `theirs` (a reference computed another way) to float tolerance:
+/// `|ours - theirs| <= 1e-4 (1 + |theirs|)`, element by element.
+#[cfg(test)]
+fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
+    assert_eq!(ours.len(), theirs.len(), "{what}");
+    for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{what}[{i}]: {a} against {b}"
+        );
+    }
+}
+
 fn dims4(t: &FlexTensor) -> [usize; 4] {
     let shape = t.shape();
     [shape[0], shape[1], shape[2], shape[3]]

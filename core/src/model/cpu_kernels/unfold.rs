@@ -348,6 +348,7 @@ fn run_batch(
 
 #[cfg(test)]
 mod tests {
+    use super::super::assert_close;
     use super::*;
 
     /// Deterministic values in [-1, 1).
@@ -388,16 +389,6 @@ mod tests {
         out
     }
 
-    fn close(a: &[f32], b: &[f32], what: &str) {
-        assert_eq!(a.len(), b.len(), "{what}");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                "{what}[{i}]: {x} against {y}"
-            );
-        }
-    }
-
     #[test]
     fn conv_gradients_match_direct_loops() {
         // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
@@ -436,8 +427,8 @@ mod tests {
                 }
             }
         }
-        close(&dx.unwrap(), &ex, "dx");
-        close(&dw.unwrap(), &ew, "dw");
+        assert_close(&dx.unwrap(), &ex, "dx");
+        assert_close(&dw.unwrap(), &ew, "dw");
     }
 
     #[test]
@@ -478,8 +469,8 @@ mod tests {
                 }
             }
         }
-        close(&dx.unwrap(), &ex, "dx");
-        close(&dw.unwrap(), &ew, "dw");
+        assert_close(&dx.unwrap(), &ex, "dx");
+        assert_close(&dw.unwrap(), &ew, "dw");
         // Asking for one gradient gives the same one.
         let (none, dw_only) = conv_transpose_backward(
             window,
@@ -493,7 +484,7 @@ mod tests {
             },
         );
         assert!(none.is_none());
-        close(&dw_only.unwrap(), &ew, "dw alone");
+        assert_close(&dw_only.unwrap(), &ew, "dw alone");
     }
 
     /// The same gradients, bit for bit, on one thread and on three: a run is reproducible.

@@ -5,6 +5,7 @@ use burn::nn::loss::CTCLossConfig;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
+use super::super::assert_close;
 use super::{CtcTargets, loss};
 use crate::backend::BackendKind;
 
@@ -47,16 +48,6 @@ fn burns(log_probs: Tensor<3>, targets: &CtcTargets) -> Tensor<1> {
             ints(targets.frames.iter().map(|&f| f as i64).collect(), [n]),
             ints(targets.labels.iter().map(|l| l.len() as i64).collect(), [n]),
         )
-}
-
-fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
-    assert_eq!(ours.len(), theirs.len(), "{what}");
-    for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-            "{what}[{i}]: {a} here, {b} by burn's CTC"
-        );
-    }
 }
 
 /// Losses and the logits' gradients of a weighted sum of them equal burn's, over
