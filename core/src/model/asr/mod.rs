@@ -12,6 +12,7 @@
 //! tokens are not said).
 
 mod network;
+mod transformer;
 
 use serde::{Deserialize, Serialize};
 

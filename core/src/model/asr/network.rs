@@ -1,21 +1,20 @@
 //! The recogniser's networks and its joint CTC/attention loss.
 
 use burn::module::Module;
-use burn::nn::attention::generate_autoregressive_mask;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CTCLossConfig;
 use burn::nn::transformer::{
-    TransformerDecoder, TransformerDecoderConfig, TransformerDecoderInput, TransformerEncoder,
-    TransformerEncoderConfig, TransformerEncoderInput,
+    TransformerDecoder, TransformerDecoderConfig, TransformerEncoder, TransformerEncoderConfig,
 };
 use burn::nn::{
     Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig,
     PositionalEncoding, PositionalEncodingConfig,
 };
 use burn::tensor::activation::{log_softmax, relu};
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
+use super::transformer::{self, LAYER_NORM_EPSILON};
 use crate::model::cpu_forms;
 use headroom_datasets::speech::vocab::Vocabulary;
 
@@ -96,8 +95,11 @@ impl AsrNetworks {
             )
             .with_norm_first(true)
             .with_dropout(DROPOUT)
+            .with_layer_norm_eps(LAYER_NORM_EPSILON)
             .init(device),
-            encoder_norm: LayerNormConfig::new(d).init(device),
+            encoder_norm: LayerNormConfig::new(d)
+                .with_epsilon(LAYER_NORM_EPSILON)
+                .init(device),
             ctc_head: LinearConfig::new(d, vocabulary).init(device),
             embedding: EmbeddingConfig::new(vocabulary, d).init(device),
             decoder: TransformerDecoderConfig::new(
@@ -108,8 +110,11 @@ impl AsrNetworks {
             )
             .with_norm_first(true)
             .with_dropout(DROPOUT)
+            .with_layer_norm_eps(LAYER_NORM_EPSILON)
             .init(device),
-            decoder_norm: LayerNormConfig::new(d).init(device),
+            decoder_norm: LayerNormConfig::new(d)
+                .with_epsilon(LAYER_NORM_EPSILON)
+                .init(device),
             output: LinearConfig::new(d, vocabulary).init(device),
         }
     }
@@ -137,11 +142,8 @@ impl AsrNetworks {
             .iter()
             .map(|&f| AsrShape::subsampled(f).clamp(1, steps))
             .collect();
-        let padding = padding_mask(&lengths, steps, &x.device());
-        let encoded = self
-            .encoder
-            .forward(TransformerEncoderInput::new(x).mask_pad(padding));
-        (self.encoder_norm.forward(encoded), lengths)
+        let encoded = transformer::encode(&self.encoder, x, &lengths);
+        (transformer::normalise(&self.encoder_norm, encoded), lengths)
     }
 
     /// Each utterance's most likely CTC token per encoder frame, `[n, frames]` (token
@@ -168,7 +170,6 @@ impl AsrNetworks {
         let device = batch.features.device();
         let n = batch.len();
         let (encoded, lengths) = self.encode(batch.features, &batch.frames);
-        let [_, steps, _] = encoded.dims();
         let longest = batch.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
 
         // CTC over the encoder's frames: on flex by the host recursions (`cpu_kernels::ctc`),
@@ -209,7 +210,6 @@ impl AsrNetworks {
             &inputs.iter().map(Vec::len).collect::<Vec<_>>(),
             encoded,
             &lengths,
-            steps,
         );
         let log_p = log_softmax(decoded, 2);
         let targets = int_rows(&outputs, steps_out, boundary, &device).reshape([n, steps_out, 1]);
@@ -236,27 +236,12 @@ impl AsrNetworks {
         lengths: &[usize],
         memory: Tensor<3>,
         memory_lengths: &[usize],
-        memory_steps: usize,
     ) -> Tensor<3> {
-        let [n, steps] = tokens.dims();
-        let device = tokens.device();
         let x = self.positions.forward(self.embedding.forward(tokens));
-        let input = TransformerDecoderInput::new(x, memory)
-            .target_mask_attn(generate_autoregressive_mask(n, steps, &device))
-            .target_mask_pad(padding_mask(lengths, steps, &device))
-            .memory_mask_pad(padding_mask(memory_lengths, memory_steps, &device));
+        let decoded = transformer::decode(&self.decoder, x, lengths, memory, memory_lengths);
         self.output
-            .forward(self.decoder_norm.forward(self.decoder.forward(input)))
+            .forward(transformer::normalise(&self.decoder_norm, decoded))
     }
-}
-
-/// `[n, steps]`, true past each row's length (what attention leaves out).
-fn padding_mask(lengths: &[usize], steps: usize, device: &Device) -> Tensor<2, Bool> {
-    let values: Vec<bool> = lengths
-        .iter()
-        .flat_map(|&len| (0..steps).map(move |i| i >= len))
-        .collect();
-    Tensor::from_data(TensorData::new(values, [lengths.len(), steps]), device)
 }
 
 /// Each utterance's CTC loss by Headroom's host recursions, on flex; `None` elsewhere.

@@ -12,7 +12,10 @@
 //! layers (`model::output_only`). Only flex implements this extension: other devices keep
 //! burn's convolutions or their own forms (see `model::conv`).
 
+pub mod attention;
 pub mod ctc;
+pub mod layer_norm;
+mod matrix;
 pub mod unfold;
 
 use burn::backend::autodiff::Autodiff;

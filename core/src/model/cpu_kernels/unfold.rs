@@ -12,6 +12,8 @@
 
 use rayon::prelude::*;
 
+use super::matrix::{Mat, gemm};
+
 /// How a k x k window maps a large image onto a small grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -123,85 +125,6 @@ impl Window {
                 }
             }
         }
-    }
-}
-
-/// A row-major matrix view for [`gemm`]: `rows x cols`, optionally read transposed.
-#[derive(Clone, Copy)]
-struct Mat<'a> {
-    data: &'a [f32],
-    rows: usize,
-    cols: usize,
-    transposed: bool,
-}
-
-impl<'a> Mat<'a> {
-    fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        debug_assert_eq!(data.len(), rows * cols);
-        Self {
-            data,
-            rows,
-            cols,
-            transposed: false,
-        }
-    }
-
-    fn t(self) -> Self {
-        Self {
-            transposed: !self.transposed,
-            ..self
-        }
-    }
-
-    fn shape(&self) -> [usize; 2] {
-        if self.transposed {
-            [self.cols, self.rows]
-        } else {
-            [self.rows, self.cols]
-        }
-    }
-
-    /// (row stride, column stride) of the logical matrix.
-    fn strides(&self) -> (isize, isize) {
-        if self.transposed {
-            (1, self.cols as isize)
-        } else {
-            (self.cols as isize, 1)
-        }
-    }
-}
-
-/// `dst (+)= lhs @ rhs`, `dst` row-major; single-threaded (callers split the batch).
-fn gemm(dst: &mut [f32], accumulate: bool, lhs: Mat, rhs: Mat) {
-    let [m, k] = lhs.shape();
-    let [k2, n] = rhs.shape();
-    assert_eq!(k, k2, "inner dimensions");
-    assert_eq!(dst.len(), m * n, "destination size");
-    let (lrs, lcs) = lhs.strides();
-    let (rrs, rcs) = rhs.strides();
-    // SAFETY: the shapes and strides above describe exactly the three slices' extents.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            lhs.data.as_ptr(),
-            lcs,
-            lrs,
-            rhs.data.as_ptr(),
-            rcs,
-            rrs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
     }
 }
 
