@@ -39,13 +39,6 @@ impl Window {
         self.channels * self.large[0] * self.large[1]
     }
 
-    /// The large-image coordinate that small position `s` sees through tap `k`, if inside.
-    fn source(&self, s: usize, k: usize, axis: usize) -> Option<usize> {
-        (s * self.stride + k)
-            .checked_sub(self.padding)
-            .filter(|&l| l < self.large[axis])
-    }
-
     /// The small positions along `axis` whose tap `k` lands inside the large image.
     fn inside(&self, k: usize, axis: usize) -> std::ops::Range<usize> {
         let (s, p, large, small) = (
@@ -104,21 +97,32 @@ impl Window {
     pub fn fold(&self, cols: &[f32], large: &mut [f32]) {
         let [lh, lw] = self.large;
         let [sh, sw] = self.small;
-        let k = self.kernel;
+        let (k, stride) = (self.kernel, self.stride);
         for c in 0..self.channels {
             let plane = &mut large[c * lh * lw..(c + 1) * lh * lw];
             for ky in 0..k {
+                let rows_inside = self.inside(ky, 0);
                 for kx in 0..k {
+                    let cols_inside = self.inside(kx, 1);
+                    if cols_inside.is_empty() {
+                        continue;
+                    }
                     let row = (c * k + ky) * k + kx;
                     let src = &cols[row * sh * sw..(row + 1) * sh * sw];
-                    for sy in 0..sh {
-                        let Some(ly) = self.source(sy, ky, 0) else {
-                            continue;
-                        };
-                        let dst = &mut plane[ly * lw..(ly + 1) * lw];
-                        for (sx, v) in src[sy * sw..(sy + 1) * sw].iter().enumerate() {
-                            if let Some(lx) = self.source(sx, kx, 1) {
-                                dst[lx] += v;
+                    // As in `unfold`: the columns inside, every `stride`-th large column
+                    // from `lx0`, without a bounds test per element.
+                    let lx0 = cols_inside.start * stride + kx - self.padding;
+                    for sy in rows_inside.clone() {
+                        let ly = sy * stride + ky - self.padding;
+                        let dst = &mut plane[ly * lw + lx0..(ly + 1) * lw];
+                        let line = &src[sy * sw..(sy + 1) * sw][cols_inside.clone()];
+                        if stride == 1 {
+                            for (d, v) in dst.iter_mut().zip(line) {
+                                *d += v;
+                            }
+                        } else {
+                            for (d, v) in dst.iter_mut().step_by(stride).zip(line) {
+                                *d += v;
                             }
                         }
                     }
