@@ -137,7 +137,9 @@ impl AsrNetworks {
         let x = conv(&self.conv2, conv(&self.conv1, x));
         let [_, channels, steps, bands] = x.dims();
         let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);
-        let x = self.positions.forward(self.project.forward(x));
+        let x = self
+            .positions
+            .forward(transformer::project(&self.project, x));
         let lengths: Vec<usize> = frames
             .iter()
             .map(|&f| AsrShape::subsampled(f).clamp(1, steps))
@@ -151,9 +153,7 @@ impl AsrNetworks {
     pub fn ctc_best_path(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<2>, Vec<usize>) {
         let (encoded, lengths) = self.encode(features, frames);
         let [n, steps, _] = encoded.dims();
-        let best = self
-            .ctc_head
-            .forward(encoded)
+        let best = transformer::project(&self.ctc_head, encoded)
             .argmax(2)
             .reshape([n, steps])
             .float();
@@ -162,7 +162,7 @@ impl AsrNetworks {
 
     /// CTC's log-probabilities per encoder frame, `[n, frames, vocabulary]`.
     pub fn ctc_log_probs(&self, encoded: Tensor<3>) -> Tensor<3> {
-        log_softmax(self.ctc_head.forward(encoded), 2)
+        log_softmax(transformer::project(&self.ctc_head, encoded), 2)
     }
 
     /// The joint loss of a micro-batch (`boundary`: the start/end token).
@@ -239,8 +239,10 @@ impl AsrNetworks {
     ) -> Tensor<3> {
         let x = self.positions.forward(self.embedding.forward(tokens));
         let decoded = transformer::decode(&self.decoder, x, lengths, memory, memory_lengths);
-        self.output
-            .forward(transformer::normalise(&self.decoder_norm, decoded))
+        transformer::project(
+            &self.output,
+            transformer::normalise(&self.decoder_norm, decoded),
+        )
     }
 }
 

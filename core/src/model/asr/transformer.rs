@@ -7,11 +7,11 @@
 //! `norm_2` before attention and `norm_1` before the feed-forward; its decoder layer with
 //! `norm_3`, `norm_1`, `norm_2`).
 
-use burn::nn::LayerNorm;
 use burn::nn::attention::generate_autoregressive_mask;
 use burn::nn::transformer::{
     TransformerDecoder, TransformerDecoderInput, TransformerEncoder, TransformerEncoderInput,
 };
+use burn::nn::{LayerNorm, Linear};
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 
 /// The epsilon of every layer norm of the recogniser (burn's default, set explicitly so
@@ -25,6 +25,16 @@ pub fn normalise(norm: &LayerNorm, x: Tensor<3>) -> Tensor<3> {
         return host::normalise(norm, x);
     }
     norm.forward(x)
+}
+
+/// `layer` over `x`: on flex the host linear layer, one autodiff op split over the
+/// threads.
+pub fn project(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
+    #[cfg(feature = "flex")]
+    if host::runs(&x) {
+        return host::project(layer, x, false);
+    }
+    layer.forward(x)
 }
 
 /// The encoder over `x` (`[n, frames, d_model]`), each sequence `lengths[i]` frames long.
@@ -78,7 +88,9 @@ mod host {
     use burn::nn::transformer::{TransformerDecoder, TransformerEncoder};
     use burn::tensor::{DType, Tensor};
 
-    use burn::nn::LayerNorm;
+    use burn::nn::activation::Activation;
+    use burn::nn::transformer::PositionWiseFeedForward;
+    use burn::nn::{LayerNorm, Linear};
 
     use super::LAYER_NORM_EPSILON;
     use crate::model::cpu_kernels::{self, attention::KeyMask};
@@ -95,7 +107,7 @@ mod host {
             let own = mask(&layer.mha, lengths, false);
             let attended = attend(&layer.mha, normed.clone(), normed, own);
             let x = x + layer.dropout.forward(attended);
-            let fed = layer.pwff.forward(normalise(&layer.norm_1, x.clone()));
+            let fed = feed_forward(&layer.pwff, normalise(&layer.norm_1, x.clone()));
             x + layer.dropout.forward(fed)
         })
     }
@@ -117,7 +129,7 @@ mod host {
             let read = mask(&layer.cross_attn, memory_lengths, false);
             let attended = attend(&layer.cross_attn, normed, memory.clone(), read);
             let x = x + layer.dropout.forward(attended);
-            let fed = layer.pwff.forward(normalise(&layer.norm_2, x.clone()));
+            let fed = feed_forward(&layer.pwff, normalise(&layer.norm_2, x.clone()));
             x + layer.dropout.forward(fed)
         })
     }
@@ -133,6 +145,32 @@ mod host {
             ),
             None => norm.forward(x),
         }
+    }
+
+    /// burn's `Linear` forward, GELU after it when `gelu`; without a bias, burn's.
+    pub fn project(layer: &Linear, x: Tensor<3>, gelu: bool) -> Tensor<3> {
+        match &layer.bias {
+            Some(bias) => cpu_kernels::linear::linear(x, layer.weight.val(), bias.val(), gelu),
+            None => {
+                let y = layer.forward(x);
+                if gelu {
+                    burn::tensor::activation::gelu(y)
+                } else {
+                    y
+                }
+            }
+        }
+    }
+
+    /// burn's `PositionWiseFeedForward` forward: inner projection and GELU as one op, the
+    /// outer projection another.
+    fn feed_forward(pwff: &PositionWiseFeedForward, x: Tensor<3>) -> Tensor<3> {
+        assert!(
+            matches!(pwff.activation, Activation::Gelu(_)),
+            "the recogniser's feed-forward blocks use GELU"
+        );
+        let hidden = pwff.dropout.forward(project(&pwff.linear_inner, x, true));
+        project(&pwff.linear_outer, hidden, false)
     }
 
     fn mask(mha: &MultiHeadAttention, lengths: &[usize], causal: bool) -> KeyMask {
@@ -153,11 +191,11 @@ mod host {
         mask: KeyMask,
     ) -> Tensor<3> {
         assert_eq!(mha.dropout.prob, 0.0, "the host attention has no dropout");
-        let q = mha.query.forward(query);
-        let k = mha.key.forward(memory.clone());
-        let v = mha.value.forward(memory);
-        mha.output
-            .forward(cpu_kernels::attention::attend(q, k, v, mha.n_heads, mask))
+        let q = project(&mha.query, query, false);
+        let k = project(&mha.key, memory.clone(), false);
+        let v = project(&mha.value, memory, false);
+        let context = cpu_kernels::attention::attend(q, k, v, mha.n_heads, mask);
+        project(&mha.output, context, false)
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod attention;
 pub mod ctc;
 pub mod layer_norm;
+pub mod linear;
 mod matrix;
 pub mod unfold;
 
