@@ -93,8 +93,14 @@ impl Lattice {
     fn new(rows: &Rows, frames: usize, labels: &[usize], blank: usize) -> Self {
         let ext = extended(labels, blank);
         let mut probs = Vec::with_capacity(frames * ext.len());
+        // One `exp` per class and frame, then gathered: a transcript's extended labels
+        // outnumber the classes many times (361 against 27 at 180 characters).
+        let mut class_probs = vec![0.0f64; rows.classes];
         for t in 0..frames {
-            probs.extend(ext.iter().map(|&c| f64::from(rows.at(t, c)).exp()));
+            for (c, p) in class_probs.iter_mut().enumerate() {
+                *p = f64::from(rows.at(t, c)).exp();
+            }
+            probs.extend(ext.iter().map(|&c| class_probs[c]));
         }
         Self {
             ext,
