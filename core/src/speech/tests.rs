@@ -228,3 +228,21 @@ fn a_step_packed_by_length_has_the_gradient_of_the_whole_batch() {
         "{one_loss} vs {split_loss}"
     );
 }
+
+/// The measuring features have the mean and spread of the normal draws they replace, and
+/// two draws differ.
+#[test]
+fn measuring_features_have_mean_zero_and_variance_one() {
+    let values = super::measuring_features(200_000);
+    let n = values.len() as f64;
+    let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let variance = values
+        .iter()
+        .map(|&v| (f64::from(v) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    assert!(mean.abs() < 0.01, "mean {mean}");
+    assert!((variance - 1.0).abs() < 0.02, "variance {variance}");
+    assert!(values.iter().all(|v| v.is_finite() && v.abs() <= 3.47));
+    assert_ne!(super::measuring_features(16), super::measuring_features(16));
+}
