@@ -234,8 +234,11 @@ impl Padding {
     }
 }
 
-/// `value = a + n (d + b t + c t^2)` for `n` examples of `t` frames, fitted by least
-/// squares to measured steps, and raised by what it fell short of any of them.
+/// `value = a + e t + f t^2 + n (d + b t + c t^2)` for `n` examples of `t` frames, fitted
+/// by least squares to measured steps, and raised by what it fell short of any of them.
+/// `e` and `f` are what grows with the length but not with the examples: the scratch each
+/// thread takes for its share of a step (a convolution's unfolded matrix, an attention
+/// head's score gradients), as many at once as there are threads whatever the examples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LengthCost {
     pub fixed: f64,
@@ -244,6 +247,11 @@ pub struct LengthCost {
     pub per_example: f64,
     pub per_frame: f64,
     pub per_frame_squared: f64,
+    /// What the longest example's frames cost once, whatever the examples.
+    #[serde(default)]
+    pub per_length: f64,
+    #[serde(default)]
+    pub per_length_squared: f64,
     /// The most a measurement exceeded the fit: added to every prediction, so that none
     /// is below a step measured at its size.
     pub shortfall: f64,
@@ -251,15 +259,21 @@ pub struct LengthCost {
 
 /// The fit's features of `n` examples of `t` frames (frames in thousands keeps the normal
 /// equations well scaled).
-fn features(n: usize, t: usize) -> [f64; 4] {
+fn features(n: usize, t: usize) -> [f64; TERMS] {
     let (n, t) = (n as f64, t as f64 / 1e3);
-    [1.0, n, n * t, n * t * t]
+    [1.0, n, n * t, n * t * t, t, t * t]
 }
+
+/// The fit's terms: fixed, per example, per example-frame and its square, per frame and
+/// its square.
+const TERMS: usize = 6;
 
 impl LengthCost {
     pub fn at(&self, examples: usize, frames: usize) -> f64 {
         let (n, t) = (examples as f64, frames as f64);
         self.fixed
+            + self.per_length * t
+            + self.per_length_squared * t * t
             + n * (self.per_example + self.per_frame * t + self.per_frame_squared * t * t)
             + self.shortfall
     }
@@ -271,14 +285,14 @@ impl LengthCost {
         if points.is_empty() {
             return None;
         }
-        let mut best: Option<(f64, [f64; 4])> = None;
-        // The fixed term always; the other three in or out, fewest first: a simpler cost
-        // that fits as closely extrapolates better, and wins ties.
-        let mut masks: Vec<u8> = (0..8).collect();
+        let mut best: Option<(f64, [f64; TERMS])> = None;
+        // The fixed term always; the others in or out, fewest first: a simpler cost that
+        // fits as closely extrapolates better, and wins ties.
+        let mut masks: Vec<u8> = (0..1 << (TERMS - 1)).collect();
         masks.sort_by_key(|m| m.count_ones());
         for mask in masks {
             let subset: Vec<usize> = std::iter::once(0)
-                .chain((1..4).filter(|i| mask & (1 << (i - 1)) != 0))
+                .chain((1..TERMS).filter(|i| mask & (1 << (i - 1)) != 0))
                 .collect();
             let Some(coefficients) = least_squares(points, &subset) else {
                 continue;
@@ -290,19 +304,21 @@ impl LengthCost {
                 .iter()
                 .map(|&(n, t, v)| {
                     let x = features(n, t);
-                    (v - (0..4).map(|i| x[i] * coefficients[i]).sum::<f64>()).powi(2)
+                    (v - (0..TERMS).map(|i| x[i] * coefficients[i]).sum::<f64>()).powi(2)
                 })
                 .sum();
             if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9) - 1e-9) {
                 best = Some((residual, coefficients));
             }
         }
-        let (_, [a, d, b, c]) = best?;
+        let (_, [a, d, b, c, e, f]) = best?;
         let mut cost = Self {
             fixed: a,
             per_example: d,
             per_frame: b / 1e3,
             per_frame_squared: c / 1e6,
+            per_length: e / 1e3,
+            per_length_squared: f / 1e6,
             shortfall: 0.0,
         };
         cost.shortfall = points
@@ -315,7 +331,7 @@ impl LengthCost {
 
 /// Least squares over the features of `subset` (the others' coefficients zero); `None`
 /// when the points do not determine them.
-fn least_squares(points: &[(usize, usize, f64)], subset: &[usize]) -> Option<[f64; 4]> {
+fn least_squares(points: &[(usize, usize, f64)], subset: &[usize]) -> Option<[f64; TERMS]> {
     let k = subset.len();
     if points.len() < k {
         return None;
@@ -348,7 +364,7 @@ fn least_squares(points: &[(usize, usize, f64)], subset: &[usize]) -> Option<[f6
             }
         }
     }
-    let mut coefficients = [0.0; 4];
+    let mut coefficients = [0.0; TERMS];
     for (i, &f) in subset.iter().enumerate() {
         coefficients[f] = m[i][k] / m[i][i];
     }
@@ -398,6 +414,8 @@ mod tests {
             per_example: 0.0,
             per_frame: 1e-3,
             per_frame_squared: 0.0,
+            per_length: 0.0,
+            per_length_squared: 0.0,
             shortfall: 0.0,
         };
         buckets.seconds = Some(time(0.1));

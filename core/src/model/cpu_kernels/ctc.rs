@@ -5,17 +5,18 @@
 //! tensor ops per encoder frame) and differentiates through every one of them: hundreds of
 //! small ops and their autodiff nodes per micro-batch, which grow with the utterances'
 //! length (perf at 0986097: 8% of the recogniser's forward alone, docs/BENCHMARKS.md). Here
-//! forward is the alpha recursion and backward the beta recursion, a few products and sums
-//! per frame and extended label; the gradient is exact, not an approximation of burn's.
+//! the alpha recursion gives the loss and, when a backward will follow, the beta recursion
+//! the gradient in the same forward pass (see [`losses_and_gradient`]); a few products and
+//! sums per frame and extended label; the gradient is exact, not an approximation of burn's.
 //!
 //! Written by hand because burn 0.22.1's only native CTC (`burn-cubecl`) runs on GPUs; the
 //! recursions are Graves et al. (2006).
 
+use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Flex, TensorMetadata, backend_extension};
@@ -205,23 +206,22 @@ fn utterance_loss(rows: &Rows, frames: usize, labels: &[usize], blank: usize) ->
     }
 }
 
-/// One utterance's gradient of `scale` x its loss with respect to its log-probabilities,
-/// written into `grad` (`[padded frames, classes]`, zero on entry): minus the posterior
-/// occupancy of each class at each frame. Nothing is written when no path aligns.
-fn utterance_gradient(
+/// One utterance's loss, and its gradient with respect to its log-probabilities written
+/// into `grad` (`[padded frames, classes]`, zero on entry): minus the posterior occupancy of
+/// each class at each frame. Infinite, and nothing written, when no path aligns.
+fn utterance_loss_and_gradient(
     rows: &Rows,
     frames: usize,
     labels: &[usize],
     blank: usize,
-    scale: f32,
     grad: &mut [f32],
-) {
+) -> f32 {
     if frames == 0 {
-        return;
+        return f32::INFINITY;
     }
     let lattice = Lattice::new(rows, frames, labels, blank);
-    let (Some((alpha, _)), Some(beta)) = (lattice.alphas(), lattice.betas()) else {
-        return;
+    let (Some((alpha, log_likelihood)), Some(beta)) = (lattice.alphas(), lattice.betas()) else {
+        return f32::INFINITY;
     };
     let width = lattice.width();
     let classes = rows.classes;
@@ -244,9 +244,10 @@ fn utterance_gradient(
         }
         let row = &mut grad[t * classes..(t + 1) * classes];
         for (&class, &o) in lattice.ext.iter().zip(&occupancy) {
-            row[class] -= (f64::from(scale) * o / total) as f32;
+            row[class] -= (o / total) as f32;
         }
     }
+    -log_likelihood as f32
 }
 
 fn dims3(t: &FlexTensor) -> [usize; 3] {
@@ -274,46 +275,55 @@ impl HostCtc for Flex {
     }
 }
 
+/// Each utterance's loss (zero where no path aligns) and the gradient of their sum with
+/// respect to the log-probabilities: computed together in forward, from one lattice per
+/// utterance, so that backward only scales the gradient. The lattices (frames x extended
+/// labels, a few MB an utterance at 30 s) then live while forward runs, not at the start of
+/// backward, where every activation is held and a step's memory peaks; the thread count
+/// bounds how many are alive at once, which a model of memory by utterances and frames
+/// could not follow.
+fn losses_and_gradient(log_probs: &FlexTensor, targets: &CtcTargets) -> (Vec<f32>, Vec<f32>) {
+    let [n, padded, classes] = dims3(log_probs);
+    let values = contiguous(log_probs);
+    let mut gradient = vec![0.0f32; n * padded * classes];
+    let mut losses = vec![0.0f32; n];
+    gradient
+        .par_chunks_mut((padded * classes).max(1))
+        .zip(losses.par_iter_mut())
+        .enumerate()
+        .for_each(|(i, (grad, loss))| {
+            let rows = Rows {
+                values: &values[i * padded * classes..(i + 1) * padded * classes],
+                classes,
+            };
+            let frames = targets.frames[i].min(padded);
+            let l =
+                utterance_loss_and_gradient(&rows, frames, &targets.labels[i], targets.blank, grad);
+            *loss = if l.is_finite() { l } else { 0.0 };
+        });
+    (losses, gradient)
+}
+
 #[derive(Debug)]
 struct CtcBackward;
 
 impl Backward<Flex, 1> for CtcBackward {
-    type State = (NodeId, CtcTargets);
+    /// The gradient of each utterance's loss, `[n, frames, classes]`.
+    type State = (std::sync::Arc<Vec<f32>>, Shape);
 
-    fn backward(
-        self,
-        ops: Ops<Self::State, 1>,
-        grads: &mut Gradients,
-        checkpointer: &mut Checkpointer,
-    ) {
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node] = ops.parents;
         let upstream: FlexTensor = grads.consume::<Flex>(&ops.node);
         let Some(node) = node else { return };
-        let (log_probs_id, targets) = ops.state;
-        let log_probs: FlexTensor = checkpointer.retrieve_node_output(log_probs_id);
-        let [n, padded, classes] = dims3(&log_probs);
-        let values = contiguous(&log_probs);
+        let (gradient, shape) = ops.state;
         let upstream = contiguous(&upstream);
-        let mut gradient = vec![0.0f32; n * padded * classes];
+        let per_utterance = shape.num_elements() / upstream.len().max(1);
+        let mut gradient = std::sync::Arc::unwrap_or_clone(gradient);
         gradient
-            .par_chunks_mut(padded * classes)
-            .enumerate()
-            .for_each(|(i, grad)| {
-                let rows = Rows {
-                    values: &values[i * padded * classes..(i + 1) * padded * classes],
-                    classes,
-                };
-                let frames = targets.frames[i].min(padded);
-                utterance_gradient(
-                    &rows,
-                    frames,
-                    &targets.labels[i],
-                    targets.blank,
-                    upstream[i],
-                    grad,
-                );
-            });
-        grads.register::<Flex>(node.id, tensor(gradient, log_probs.shape()));
+            .par_chunks_mut(per_utterance.max(1))
+            .zip(upstream.par_iter())
+            .for_each(|(grad, &scale)| grad.iter_mut().for_each(|g| *g *= scale));
+        grads.register::<Flex>(node.id, tensor(gradient, shape));
     }
 }
 
@@ -324,10 +334,15 @@ impl<C: CheckpointStrategy> HostCtc for Autodiff<Flex, C> {
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(mut prep) => {
-                let id = prep.checkpoint(&log_probs);
-                let losses = Flex::host_ctc(log_probs.into_primitive(), targets.clone());
-                prep.finish((id, targets), losses)
+            OpsKind::Tracked(prep) => {
+                let log_probs = log_probs.into_primitive();
+                let shape = log_probs.shape();
+                let (losses, gradient) = losses_and_gradient(&log_probs, &targets);
+                let n = losses.len();
+                prep.finish(
+                    (std::sync::Arc::new(gradient), shape),
+                    tensor(losses, Shape::new([n])),
+                )
             }
             OpsKind::UnTracked(prep) => {
                 prep.finish(Flex::host_ctc(log_probs.into_primitive(), targets))

@@ -7,9 +7,9 @@
 //! under, so most of its transformer ran on one of two cores; the step took 34 ms on one
 //! thread and 29 on two where PyTorch's twin, whose kernels split far smaller work, went
 //! from 34 to 23. Here each block of rows is one product on one thread with its bias (and
-//! GELU) applied while it is in cache. The weight's gradient sums per-block partial
-//! products in block order: blocks are fixed in size, not per thread, so a gradient is the
-//! same with any number of threads (a run is reproducible from its seed). GELU is the exact
+//! GELU) applied while it is in cache. The weight's gradient sums per-group partial
+//! products in group order: groups are fixed by the rows, not the threads, so a gradient is
+//! the same with any number of threads (a run is reproducible from its seed). GELU is the exact
 //! (erf) form burn's is; erf is a rational approximation the compiler vectorises (libm's
 //! `erff`, which flex calls per element, was 4% of the step). Written by hand because burn
 //! 0.22.1's flex has neither knob.
@@ -40,8 +40,12 @@ pub trait HostLinear: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// Rows per block: each block a task, and one partial weight gradient.
+/// Rows per forward task, and the fewest rows of a backward group.
 const BLOCK: usize = 64;
+
+/// Backward groups at most: enough to share among the threads, few enough that their
+/// partial weight gradients stay small.
+const GROUPS: usize = 8;
 
 fn dims(x: &FlexTensor, weight: &FlexTensor) -> (usize, usize, usize) {
     let w = weight.shape();
@@ -162,9 +166,10 @@ impl Backward<Flex, 3> for LinearBackward {
         let weight: FlexTensor = checkpointer.retrieve_node_output(state.weight);
         let (rows, inputs, outputs) = dims(&x, &weight);
         let (xv, wv) = (contiguous(&x), contiguous(&weight));
-        let mut dz = contiguous(&upstream).into_owned();
+        let mut dz = contiguous(&upstream);
         if let Some(z) = &state.before_gelu {
-            dz.par_chunks_mut(BLOCK * outputs.max(1))
+            dz.to_mut()
+                .par_chunks_mut(BLOCK * outputs.max(1))
                 .zip(z.par_chunks(BLOCK * outputs.max(1)))
                 .for_each(|(d, z)| {
                     for (d, &z) in d.iter_mut().zip(z) {
@@ -174,14 +179,18 @@ impl Backward<Flex, 3> for LinearBackward {
         }
         let [x_node, weight_node, bias_node] = ops.parents;
         let w = Mat::new(&wv, inputs, outputs);
-        let blocks = rows.div_ceil(BLOCK);
+        // Rows in contiguous groups, at most GROUPS of them: each group's dx rows = dz Wᵀ
+        // and its partial dW = xᵀ dz, db = Σ dz, one product each. Fixed by the rows alone,
+        // so the partials are summed in the same order on any thread count; at most GROUPS
+        // partial weights, so their memory does not grow with the rows.
+        let per_group = rows.div_ceil(GROUPS).max(BLOCK);
+        let groups = rows.div_ceil(per_group);
         let mut dx = vec![0.0f32; if x_node.is_some() { rows * inputs } else { 0 }];
-        // Per block: its rows of dx = dz Wᵀ, and its partial dW = xᵀ dz and db = Σ dz.
-        let mut partial_w = vec![0.0f32; blocks * inputs * outputs];
-        let mut partial_b = vec![0.0f32; blocks * outputs];
-        let per_block = |block: usize, pw: &mut [f32], pb: &mut [f32], dx: Option<&mut [f32]>| {
-            let start = block * BLOCK;
-            let count = BLOCK.min(rows - start);
+        let mut partial_w = vec![0.0f32; groups * inputs * outputs];
+        let mut partial_b = vec![0.0f32; groups * outputs];
+        let group = |g: usize, pw: &mut [f32], pb: &mut [f32], dx: Option<&mut [f32]>| {
+            let start = g * per_group;
+            let count = per_group.min(rows - start);
             let dz = &dz[start * outputs..(start + count) * outputs];
             let x = &xv[start * inputs..(start + count) * inputs];
             gemm(
@@ -205,10 +214,10 @@ impl Backward<Flex, 3> for LinearBackward {
             .enumerate();
         if x_node.is_some() {
             partials
-                .zip(dx.par_chunks_mut(BLOCK * inputs.max(1)))
-                .for_each(|((block, (pw, pb)), dx)| per_block(block, pw, pb, Some(dx)));
+                .zip(dx.par_chunks_mut(per_group * inputs.max(1)))
+                .for_each(|((g, (pw, pb)), dx)| group(g, pw, pb, Some(dx)));
         } else {
-            partials.for_each(|(block, (pw, pb))| per_block(block, pw, pb, None));
+            partials.for_each(|(g, (pw, pb))| group(g, pw, pb, None));
         }
         let sum = |partials: &[f32], len: usize| {
             let mut total = vec![0.0f32; len];

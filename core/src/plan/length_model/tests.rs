@@ -19,6 +19,8 @@ fn model() -> LengthModel {
         per_example: 0.0,
         per_frame: 1e3,
         per_frame_squared: 10.0,
+        per_length: 0.0,
+        per_length_squared: 0.0,
         shortfall: 0.0,
     };
     LengthModel {
@@ -28,6 +30,8 @@ fn model() -> LengthModel {
             per_example: 0.0,
             per_frame: 1e-4,
             per_frame_squared: 0.0,
+            per_length: 0.0,
+            per_length_squared: 0.0,
             shortfall: 0.0,
         },
         accumulation_bytes: 1_000_000,
@@ -44,6 +48,40 @@ fn the_fit_recovers_a_cost_linear_in_examples_and_quadratic_in_frames() {
     let fit = LengthCost::fit(&points).unwrap();
     for (n, t) in [(1, 100), (30, 300), (3, 3_000)] {
         let (want, got) = (exact(n, t), fit.at(n, t));
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "{n} x {t}: {got} vs {want}: {fit:?}"
+        );
+    }
+}
+
+/// Scratch that grows with the length but not the examples (each thread's, as many at once
+/// whatever the examples) is fitted as such, and a cost per example alone would miss it:
+/// fitted on the calibration's shapes (one and two of the longest, then more of shorter),
+/// the fit predicts a step of many long examples to within a millionth.
+#[test]
+fn the_fit_recovers_scratch_that_grows_with_the_length_alone() {
+    let with_scratch = |n: usize, t: usize| exact(n, t) + 5e3 * t as f64 + 2.0 * (t * t) as f64;
+    let points: Vec<(usize, usize, f64)> = [
+        (1, 2_000),
+        (2, 2_000),
+        (2, 1_000),
+        (4, 500),
+        (8, 250),
+        (16, 125),
+        (6, 2_000),
+        (16, 800),
+    ]
+    .iter()
+    .map(|&(n, t)| (n, t, with_scratch(n, t)))
+    .collect();
+    let fit = LengthCost::fit(&points).unwrap();
+    assert!(
+        fit.per_length > 0.0 && fit.per_length_squared > 0.0,
+        "{fit:?}"
+    );
+    for (n, t) in [(12, 2_000), (30, 300), (3, 3_000)] {
+        let (want, got) = (with_scratch(n, t), fit.at(n, t));
         assert!(
             (got - want).abs() <= 1e-6 * want,
             "{n} x {t}: {got} vs {want}"
