@@ -319,6 +319,39 @@ def test_cpu_losses_equal_native(base: str, trainer_cli: str):
     print(f"cpu losses equal native: page {page}, native {native}")
 
 
+def test_recogniser_equals_native_and_reports_cer(base: str, trainer_cli: str):
+    """The speech recogniser in the page on the CPU: planned by length, its first steps'
+    losses are native flex's for the same seed (its host kernels in WebAssembly against the
+    native ones; the two plans may pack a step's utterances differently, and the loss, a
+    mean over the step's utterances, does not depend on it), and the run ends with CER and
+    WER for validation and test."""
+    steps, seed = 3, 7
+    events, browser = run_page(
+        f"{base}?start=1&backend=cpu&model=asr-transformer&steps={steps}&seed={seed}",
+        webgpu=False, timeout=900,
+    )
+    browser.close()
+    plan = of(events, "plan")[-1]
+    assert plan.get("lengths"), f"planned by length: {plan}"
+    page = of(events, "step")
+    assert all(s.get("padding") for s in page), page
+    with tempfile.TemporaryDirectory() as out:
+        native = native_steps(trainer_cli, [
+            "--out", out, "--model", "asr-transformer", "--backend", "flex",
+            "--steps", str(steps), "--seed", str(seed), "--no-eval"])
+    assert len(page) == len(native) == steps, (page, native)
+    for p, n in zip(page, native):
+        assert math.isclose(p["loss"], n["loss"], rel_tol=1e-4), f"page {p} against native {n}"
+    results = of(events, "results")[-1]
+    assert results["measures"] == ["CER", "WER"], results
+    rows = {r["label"]: r for r in results["rows"]}
+    assert set(rows) == {"validation", "test"}, results
+    for row in rows.values():
+        assert row["examples"] > 0 and all(math.isfinite(v) and v >= 0 for v in row["values"]), row
+    print(f"recogniser: page losses {[p['loss'] for p in page]}, native "
+          f"{[n['loss'] for n in native]}; CER/WER {[rows[k]['values'] for k in rows]}")
+
+
 def test_user_folder_trains_as_native(base: str, trainer_cli: str):
     """A folder of WAV recordings in the DCASE layout, picked in the page: its features are
     computed in WebAssembly by the native code, so the first steps' losses are those of
@@ -469,6 +502,8 @@ def main():
             lambda: test_cpu_fallback_trains_plans_and_scores(base, args.screenshot),
         "cpu_losses_equal_native": lambda: test_cpu_losses_equal_native(base, args.trainer_cli),
         "cpu_pause_resume_and_stop": lambda: test_cpu_pause_resume_and_stop(base),
+        "recogniser_equals_native_and_reports_cer":
+            lambda: test_recogniser_equals_native_and_reports_cer(base, args.trainer_cli),
         "user_folder_trains_as_native":
             lambda: test_user_folder_trains_as_native(base, args.trainer_cli),
         "checkpoint_resumes_in_trainer_cli_and_in_the_page":
