@@ -255,10 +255,10 @@ impl BuiltIn for AsrConfig {
 
 /// Features for measuring steps: mean 0, variance 1 (four 16-bit uniform draws from one
 /// 64-bit word, summed and scaled), from a fast host generator. burn's normal draws (its
-/// ChaCha generator, one f64 sample per value) took about 8 ns a value, 6% of a step of 8
-/// utterances of 1,200 frames, three times PyTorch's `randn`: time every dry-run, the
-/// calibration and `trainer-cli bench` spent on input that is only measured. Each call
-/// draws from its own seed, in call order.
+/// ChaCha generator, one f64 sample per value) took about 12 ns a value, 9% of a step of 8
+/// utterances of 1,200 frames (session 25): time every dry-run, the calibration and
+/// `trainer-cli bench` spent on input that is only measured. Each call draws from its own
+/// seed, in call order.
 fn measuring_features(len: usize) -> Vec<f32> {
     use rand::{RngCore, SeedableRng};
     use std::sync::atomic::{AtomicU64, Ordering};
