@@ -24,7 +24,7 @@ use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm, gemm_into};
-use super::{contiguous, tensor};
+use super::{contiguous, register, tensor};
 
 /// Which keys each query attends: a key is left out when it is past its sequence's own
 /// length, or (`causal`) after the query's position.
@@ -298,15 +298,15 @@ impl Backward<Flex, 3> for AttentionBackward {
                     scale,
                 );
             });
-        for (node, (values, shape)) in
-            ops.parents
-                .into_iter()
-                .zip([(dq, q.shape()), (dk, k.shape()), (dv, v.shape())])
-        {
-            if let Some(node) = node {
-                grads.register::<Flex>(node.id, tensor(values, shape));
-            }
-        }
+        let [q_node, k_node, v_node] = ops.parents.map(|p| p.map(|node| node.id));
+        register(
+            grads,
+            [
+                (q_node, tensor(dq, q.shape())),
+                (k_node, tensor(dk, k.shape())),
+                (v_node, tensor(dv, v.shape())),
+            ],
+        );
     }
 }
 

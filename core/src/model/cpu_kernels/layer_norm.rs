@@ -18,7 +18,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{CHUNK, contiguous, tensor};
+use super::{CHUNK, contiguous, register, tensor};
 
 /// `(x - mean) / sqrt(variance + epsilon) * gamma + beta` over the last axis of `x`,
 /// mean and (biased) variance taken per row, as burn's `LayerNorm` computes it.
@@ -164,17 +164,16 @@ impl Backward<Flex, 3> for LayerNormBackward {
                     (ga, ba)
                 },
             );
-        let [x_node, gamma_node, beta_node] = ops.parents;
+        let [x_node, gamma_node, beta_node] = ops.parents.map(|p| p.map(|node| node.id));
         let parameter = Shape::new([width]);
-        for (node, gradient) in [
-            (x_node, tensor(dx, state.shape)),
-            (gamma_node, tensor(dgamma, parameter.clone())),
-            (beta_node, tensor(dbeta, parameter)),
-        ] {
-            if let Some(node) = node {
-                grads.register::<Flex>(node.id, gradient);
-            }
-        }
+        register(
+            grads,
+            [
+                (x_node, tensor(dx, state.shape)),
+                (gamma_node, tensor(dgamma, parameter.clone())),
+                (beta_node, tensor(dbeta, parameter)),
+            ],
+        );
     }
 }
 

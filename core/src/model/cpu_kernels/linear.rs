@@ -26,7 +26,7 @@ use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm};
-use super::{contiguous, tensor};
+use super::{contiguous, register, sum_partials, tensor};
 
 /// `x W + b` over the last axis of `x` (`W` is `[inputs, outputs]`, as burn's `Linear`
 /// keeps it), then GELU when `gelu`.
@@ -177,7 +177,7 @@ impl Backward<Flex, 3> for LinearBackward {
                     }
                 });
         }
-        let [x_node, weight_node, bias_node] = ops.parents;
+        let [x_node, weight_node, bias_node] = ops.parents.map(|p| p.map(|node| node.id));
         let w = Mat::new(&wv, inputs, outputs);
         // Rows in contiguous groups, at most GROUPS of them: each group's dx rows = dz Wᵀ
         // and its partial dW = xᵀ dz, db = Σ dz, one product each. Fixed by the rows alone,
@@ -219,30 +219,20 @@ impl Backward<Flex, 3> for LinearBackward {
         } else {
             partials.for_each(|(g, (pw, pb))| group(g, pw, pb, None));
         }
-        let sum = |partials: &[f32], len: usize| {
-            let mut total = vec![0.0f32; len];
-            for part in partials.chunks(len.max(1)) {
-                for (t, p) in total.iter_mut().zip(part) {
-                    *t += p;
-                }
-            }
-            total
-        };
-        for (node, gradient) in [
-            (x_node, tensor(dx, x.shape())),
-            (
-                weight_node,
-                tensor(sum(&partial_w, inputs * outputs), weight.shape()),
-            ),
-            (
-                bias_node,
-                tensor(sum(&partial_b, outputs), Shape::new([outputs])),
-            ),
-        ] {
-            if let Some(node) = node {
-                grads.register::<Flex>(node.id, gradient);
-            }
-        }
+        register(
+            grads,
+            [
+                (x_node, tensor(dx, x.shape())),
+                (
+                    weight_node,
+                    tensor(sum_partials(&partial_w, inputs * outputs), weight.shape()),
+                ),
+                (
+                    bias_node,
+                    tensor(sum_partials(&partial_b, outputs), Shape::new([outputs])),
+                ),
+            ],
+        );
     }
 }
 

@@ -147,6 +147,36 @@ fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape))
 }
 
+/// Registers each gradient whose input takes part in the backward (`None`: it does not).
+fn register<const N: usize>(
+    grads: &mut burn::backend::autodiff::grads::Gradients,
+    gradients: [(Option<burn::backend::autodiff::NodeId>, FlexTensor); N],
+) {
+    for (node, gradient) in gradients {
+        if let Some(node) = node {
+            grads.register::<Flex>(node, gradient);
+        }
+    }
+}
+
+/// The sum of equal-length partial sums laid end to end, added in order: a gradient summed
+/// per fixed run or group is the same whatever thread computed which part.
+fn sum_partials(partials: &[f32], len: usize) -> Vec<f32> {
+    let mut total = vec![0.0f32; len];
+    for part in partials.chunks(len.max(1)) {
+        for (t, p) in total.iter_mut().zip(part) {
+            *t += p;
+        }
+    }
+    total
+}
+
+/// A tensor's values as f32, for comparing in tests.
+#[cfg(test)]
+pub(crate) fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
 /// `ours` equals `theirs` (a reference computed another way) to float tolerance:
 /// `|ours - theirs| <= 1e-4 (1 + |theirs|)`, element by element.
 #[cfg(test)]

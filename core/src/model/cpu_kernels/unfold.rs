@@ -13,6 +13,7 @@
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm};
+use super::sum_partials;
 
 /// How a k x k window maps a large image onto a small grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,13 +140,6 @@ pub struct Wanted {
     pub weight: bool,
 }
 
-/// Sums per-thread weight gradients.
-fn sum_into(total: &mut [f32], part: &[f32]) {
-    for (t, p) in total.iter_mut().zip(part) {
-        *t += p;
-    }
-}
-
 /// Gradients of a convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels,
 /// large]`, `w` is `[out, rows]`, `dy` is `[n, out, small]`. Returns (dx, dw).
 pub fn conv_backward(
@@ -266,11 +260,7 @@ fn run_batch(
                 })
         }
     }
-    let mut total = vec![0.0f32; dw_len];
-    for part in partials.chunks(dw_len.max(1)) {
-        sum_into(&mut total, part);
-    }
-    total
+    sum_partials(&partials, dw_len)
 }
 
 #[cfg(test)]

@@ -10,10 +10,7 @@ use burn::tensor::{Distribution, Tensor};
 
 use super::{LAYER_NORM_EPSILON, decode, encode, padding_mask};
 use crate::backend::BackendKind;
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-}
+use crate::model::cpu_kernels::values;
 
 fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
     assert_eq!(ours.len(), theirs.len(), "{what}");

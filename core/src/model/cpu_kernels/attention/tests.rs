@@ -5,7 +5,7 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Distribution, Tensor, TensorData};
 
-use super::super::assert_close;
+use super::super::{assert_close, values};
 use super::{KeyMask, attend};
 use crate::backend::BackendKind;
 
@@ -13,10 +13,6 @@ const MASKED: f32 = -1.0e4;
 
 fn device() -> burn::tensor::Device {
     BackendKind::Flex.device().unwrap().autodiff()
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 /// What `MultiHeadAttention::forward` computes between its projections.

@@ -5,7 +5,7 @@ use burn::nn::loss::CTCLossConfig;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
-use super::super::assert_close;
+use super::super::{assert_close, values};
 use super::{CtcTargets, loss};
 use crate::backend::BackendKind;
 
@@ -13,10 +13,6 @@ const BLANK: usize = 0;
 
 fn device() -> burn::tensor::Device {
     BackendKind::Flex.device().unwrap().autodiff()
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 fn ints<const D: usize>(values: Vec<i64>, shape: [usize; D]) -> Tensor<D, Int> {

@@ -3,13 +3,9 @@
 
 use burn::tensor::{Distribution, Tensor};
 
-use super::super::assert_close;
+use super::super::{assert_close, values};
 use super::normalise;
 use crate::backend::BackendKind;
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-}
 
 /// The output and the gradients of the input, the scale and the shift, for a weighted sum
 /// of the output, equal burn's, on rows of an offset and a spread far from 0 and 1.

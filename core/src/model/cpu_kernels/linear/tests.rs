@@ -4,13 +4,9 @@
 use burn::tensor::activation::gelu;
 use burn::tensor::{Distribution, Tensor, TensorData};
 
-use super::super::assert_close;
+use super::super::{assert_close, values};
 use super::{BLOCK, erf, linear};
 use crate::backend::BackendKind;
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-}
 
 /// Output and the gradients of the input, weight and bias, for a weighted sum of the
 /// output, equal burn's, with and without GELU, over rows that fill two blocks and part of
