@@ -21,15 +21,22 @@ def arguments(batch, patches, extra=(), parser=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to time the twin on a GPU")
     for name, default, text in extra:
         ap.add_argument(name, type=int, default=default, help=text)
-    return ap.parse_args()
+    a = ap.parse_args()
+    # Every tensor a reference makes (its parameters, its random batches) lands on this device.
+    torch.set_default_device(a.device)
+    return a
 
 
 def run(name, model, loss_of, a):
     """Times `a.steps` optimizer steps of `model`; `loss_of(model, n)` is the loss of a
     micro-batch of `n` random patches."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    cuda = a.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     n = a.batch * a.patches
     times = []
     for step in range(a.warmup + a.steps):
@@ -39,6 +46,9 @@ def run(name, model, loss_of, a):
             (loss_of(model, n) / a.accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if cuda:
+            # Kernels run asynchronously: a step is over when the GPU has done it.
+            torch.cuda.synchronize()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
     med = statistics.median(times)
@@ -54,4 +64,8 @@ def run(name, model, loss_of, a):
         "step_ms_median": round(med * 1e3, 2),
         "patches_per_s": round(n * a.accum / med, 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        # The caching allocator's peak of tensors in use (what burn's pool counts as in use).
+        "cuda_peak_allocated_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+        "cuda_peak_reserved_mib": round(torch.cuda.max_memory_reserved() / 2**20, 1) if cuda else None,
     }))
