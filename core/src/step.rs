@@ -58,6 +58,35 @@ impl StepError {
             }
         }
     }
+
+    /// When the device itself refused the step (out of its memory, or an allocation larger
+    /// than its largest buffer), what it said, in one line: cubecl's report is a chain of
+    /// skipped kernels around the one line that names the allocation.
+    pub fn device_refusal(&self) -> Option<String> {
+        let StepError::Device(reason) = self else {
+            return None;
+        };
+        if !self.is_out_of_memory() {
+            return None;
+        }
+        let line = reason
+            .lines()
+            .map(str::trim)
+            .find(|line| line.to_ascii_lowercase().contains("alloc"))
+            .or_else(|| reason.lines().next())
+            .unwrap_or_default();
+        // cubecl's `BufferTooBig`: no page the device allocates can hold it, at any budget.
+        let too_big = line
+            .strip_prefix("can't allocate buffer of size:")
+            .and_then(|size| size.trim().parse::<u64>().ok());
+        Some(match too_big {
+            Some(bytes) => format!(
+                "a buffer of {} is larger than the device's largest",
+                crate::size::human(bytes)
+            ),
+            None => line.to_string(),
+        })
+    }
 }
 
 /// What one phase of a step measured.
@@ -535,5 +564,34 @@ mod tests {
         let mut again = clipped;
         block_on(clip_global_norm(&model, &mut again, max_norm * 10.0)).unwrap();
         assert_eq!(flatten(&model, &again), after);
+    }
+
+    /// cubecl's words when a buffer passes the device's largest (lavapipe's 2 GiB here, as
+    /// a 256 x 16 patch step met it), and when the driver ran out: both are refusals that a
+    /// smaller micro-batch answers; a poisoned device is not.
+    #[test]
+    fn the_devices_refusal_is_told_in_one_line() {
+        let too_big = StepError::Device(
+            "An error happened during execution\nCaused by:\n  Several failures at once\n\
+             Caused by:\n  The bytes were never written (failure #36, still claiming 3 \
+             buffer(s))\n  skipped `ReduceKernel`: it needed memory ManagedMemoryId { value: \
+             131 }, which carried the failure\nCaused by:\n  An IO error happened\n\
+             Caused by:\n  can't allocate buffer of size: 2147483648\nNo backtrace available"
+                .into(),
+        );
+        assert_eq!(
+            too_big.device_refusal().as_deref(),
+            Some("a buffer of 2.00 GiB is larger than the device's largest")
+        );
+        let out = StepError::Device(
+            "An IO error happened\nCaused by:\n  out of device memory allocating 1024 bytes".into(),
+        );
+        assert_eq!(
+            out.device_refusal().as_deref(),
+            Some("out of device memory allocating 1024 bytes")
+        );
+        let poisoned = StepError::Device("the device is poisoned by an earlier allocation".into());
+        assert_eq!(poisoned.device_refusal(), None);
+        assert_eq!(StepError::Coupled.device_refusal(), None);
     }
 }

@@ -213,6 +213,12 @@ pub fn describe_dry_run(d: &DryRunReport) -> String {
             }
         ),
     };
+    if let Some(refused) = &d.refused {
+        return format!(
+            "Dry-run {}: {step} refused by the device ({refused}) - re-planning smaller",
+            d.attempt
+        );
+    }
     format!(
         "Dry-run {}: {step} measured {} of {} (predicted {}) - {}",
         d.attempt,

@@ -143,17 +143,25 @@ impl Session {
                 self.log
                     .push(format!("memory budget {} ({source})", human(*bytes)));
             }
-            Event::DryRun(d) => self.log.push(format!(
-                "dry-run {}: {} measured {} of {} - {}",
-                d.attempt,
-                match d.frames {
+            Event::DryRun(d) => {
+                let step = match d.frames {
                     Some(frames) => format!("{} utterances of {frames} frames", d.micro_batch),
                     None => format!("micro-batch {} x {} patches", d.micro_batch, d.n_patches),
-                },
-                human(d.measured_peak_bytes),
-                human(d.budget_bytes),
-                if d.fits { "fits" } else { "over, re-planning" }
-            )),
+                };
+                self.log.push(match &d.refused {
+                    Some(refused) => format!(
+                        "dry-run {}: {step} refused by the device ({refused}), re-planning smaller",
+                        d.attempt
+                    ),
+                    None => format!(
+                        "dry-run {}: {step} measured {} of {} - {}",
+                        d.attempt,
+                        human(d.measured_peak_bytes),
+                        human(d.budget_bytes),
+                        if d.fits { "fits" } else { "over, re-planning" }
+                    ),
+                })
+            }
             Event::Plan(p) => {
                 self.log.push(format!("plan: {}", p.plan.reason));
                 self.plan = Some(p.clone());
@@ -427,6 +435,7 @@ mod tests {
             budget_bytes: 80 << 20,
             fits: true,
             frames: Some(1877),
+            refused: None,
         }));
         assert!(
             session.log[0].starts_with("dry-run 1: 2 utterances of 1877 frames measured"),

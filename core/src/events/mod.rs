@@ -92,6 +92,10 @@ pub struct DryRunReport {
     /// Frames of each example, for a run planned by length: the bucket measured.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub frames: Option<usize>,
+    /// The device refused the step whatever the budget (an allocation over its largest
+    /// buffer, or out of its memory), in its words; nothing was measured then.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub refused: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

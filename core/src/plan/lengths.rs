@@ -170,6 +170,7 @@ pub async fn prepare<T: TrainingTask>(
                 budget_bytes: request.budget_bytes,
                 fits,
                 frames: Some(bucket.frames),
+                refused: None,
             }));
             if !fits {
                 last = format!(

@@ -19,7 +19,7 @@ pub use calibrate::{
 };
 pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
 pub use read_ahead::ReadAhead;
-pub use search::{Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
+pub use search::{DeviceCap, Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
 use crate::config::Setting;
@@ -102,6 +102,7 @@ impl Planning {
             fixed: self.fixed,
             read_ahead,
             preferred_n_patches: self.preferred_n_patches,
+            device_cap: None,
         }
     }
 }
@@ -293,11 +294,15 @@ pub async fn prepare<T: TrainingTask>(
 ) -> Result<Prepared, PlanningError> {
     let mut calibration = calibrate(target, task).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
-    let request = request_for(task, planning, resident, share.read_ahead)?;
+    let mut request = request_for(task, planning, resident, share.read_ahead)?;
     let mut last = String::new();
     // The most recent measured plan that fitted: taken if the tries run out.
     let mut fallback: Option<Plan> = None;
-    for attempt in 1..=MAX_DRY_RUNS {
+    // A refusal halves the micro-batch without using up a try: it measured nothing, and
+    // the device's largest buffer may be far below the first size tried.
+    let (mut attempt, mut refusals) = (0, 0);
+    while attempt < MAX_DRY_RUNS + refusals {
+        attempt += 1;
         let plan = search(&calibration.memory, &calibration.speed, &request)?;
         let patches = plan.patches_per_micro_batch();
         if calibration
@@ -309,7 +314,7 @@ pub async fn prepare<T: TrainingTask>(
         }
         // The run's step as it will be: a plan that accumulates is checked with two
         // micro-batches, the second holding the first's gradients.
-        let measured = measure_accumulating_step(
+        let measured = match measure_accumulating_step(
             target,
             task,
             patches,
@@ -317,7 +322,41 @@ pub async fn prepare<T: TrainingTask>(
             plan.precision,
             plan.checkpointing,
         )
-        .await?;
+        .await
+        {
+            Ok(measured) => measured,
+            Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {
+                // The device refused this size whatever the budget: half of it is tried
+                // next, as a recovery would, and no larger micro-batch after.
+                let refused = error.device_refusal().unwrap_or_default();
+                sink.emit(Event::DryRun(DryRunReport {
+                    attempt,
+                    micro_batch: plan.micro_batch,
+                    n_patches: plan.n_patches,
+                    accumulation: plan.accumulation,
+                    checkpointing: plan.checkpointing,
+                    precision: plan.precision,
+                    predicted_peak_bytes: plan.predicted_peak_bytes,
+                    measured_peak_bytes: 0,
+                    budget_bytes: planning.budget_bytes,
+                    fits: false,
+                    frames: None,
+                    refused: Some(refused.clone()),
+                }));
+                last = format!("{}, refused by the device: {refused}", plan.reason);
+                let most_patches = patches / 2;
+                if most_patches < plan.n_patches {
+                    return Err(PlanningError::DryRunsFailed(last));
+                }
+                request.device_cap = Some(DeviceCap {
+                    refused_patches: patches,
+                    most_patches,
+                });
+                refusals += 1;
+                continue;
+            }
+            Err(other) => return Err(other.into()),
+        };
         let beside = resident + share.read_ahead.bytes(plan.micro_batch);
         let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
@@ -333,6 +372,7 @@ pub async fn prepare<T: TrainingTask>(
             budget_bytes: planning.budget_bytes,
             fits,
             frames: None,
+            refused: None,
         }));
         learn(&mut calibration, measured);
         if fits {

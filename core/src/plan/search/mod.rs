@@ -83,6 +83,19 @@ pub struct PlanRequest {
     /// Tried first and preferred on a tie, when `fixed` leaves the patch count open.
     #[serde(default)]
     pub preferred_n_patches: Option<usize>,
+    /// The most patches a micro-batch may hold because the device refused a larger one
+    /// whatever the budget (a dry-run's allocation over its largest buffer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_cap: Option<DeviceCap>,
+}
+
+/// A ceiling the device itself set on the micro-batch: a dry-run of `refused_patches` failed
+/// to allocate (wgpu's largest buffer is 4 GiB on NVIDIA's Vulkan driver, where CUDA has no
+/// such limit), so micro-batches hold at most `most_patches`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCap {
+    pub refused_patches: usize,
+    pub most_patches: usize,
 }
 
 impl PlanRequest {
@@ -198,6 +211,12 @@ pub fn search(
                 continue;
             }
             any_split = true;
+            if request
+                .device_cap
+                .is_some_and(|cap| split.patches_per_micro_batch() > cap.most_patches)
+            {
+                continue;
+            }
             let last = split.last_micro_batch();
             for &precision in &precisions {
                 for &ckpt in &checkpointing {
@@ -333,6 +352,16 @@ fn reason(memory: &MemoryModel, best: &Candidate, request: &PlanRequest, availab
     match next {
         Some(next) if !fixed => {
             let larger = best.split.with_micro_batch(next);
+            if let Some(cap) = request
+                .device_cap
+                .filter(|cap| larger.patches_per_micro_batch() > cap.most_patches)
+            {
+                return format!(
+                    "{head}: the device could not allocate a micro-batch of {} patches, so \
+                     micro-batches hold at most {} ({used})",
+                    cap.refused_patches, cap.most_patches
+                );
+            }
             let need = memory
                 .predict_step(
                     larger.patches_per_micro_batch(),

@@ -43,6 +43,7 @@ fn request(budget_mib: u64) -> PlanRequest {
         fixed: Fixed::default(),
         read_ahead: ReadAhead::NONE,
         preferred_n_patches: None,
+        device_cap: None,
     }
 }
 
@@ -258,4 +259,30 @@ fn an_indivisible_effective_batch_is_refused() {
     r.fixed.n_patches = Some(4);
     let err = search(&memory(), &speed(), &r).unwrap_err();
     assert!(matches!(err, PlanError::Indivisible { .. }), "{err}");
+}
+
+/// A device that refused a micro-batch (a buffer over its largest) caps every plan below
+/// it, whatever the budget leaves, and the plan's reason says so.
+#[test]
+fn a_micro_batch_the_device_refused_caps_the_plan() {
+    let mut r = request(1024);
+    r.fixed.n_patches = Some(4);
+    assert_eq!(
+        search(&memory(), &speed(), &r).unwrap().micro_batch,
+        32,
+        "the budget alone holds the whole batch"
+    );
+    r.device_cap = Some(DeviceCap {
+        refused_patches: 128,
+        most_patches: 64,
+    });
+    let plan = search(&memory(), &speed(), &r).unwrap();
+    assert_eq!((plan.micro_batch, plan.accumulation), (16, 2));
+    assert!(
+        plan.reason
+            .contains("could not allocate a micro-batch of 128 patches")
+            && plan.reason.contains("at most 64"),
+        "{}",
+        plan.reason
+    );
 }
