@@ -80,7 +80,8 @@ fn table(devices: &[DeviceReport], choice: &headroom_core::auto::Choice) -> Stri
                 .map(|p| format!("{p:?}").to_lowercase())
                 .collect::<Vec<_>>()
                 .join(","),
-            d.max_allocation_bytes.map_or_else(|| "-".into(), gib),
+            d.max_allocation_bytes
+                .map_or_else(|| "-".into(), headroom_core::size::human),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())

@@ -320,7 +320,15 @@ fn adapters(report: &mut GpuReport, settings: ProbeSettings) {
             total_memory: total,
             free_memory: free,
             precisions,
-            max_allocation_bytes: Some(adapter.limits().max_buffer_size),
+            // What one tensor may take: cubecl's pages are bounded by both limits, and the
+            // storage binding is the smaller on the drivers seen (an H200 refused a 2 GiB
+            // buffer that the adapter's 4 GiB `max_buffer_size` would allow).
+            max_allocation_bytes: Some(
+                adapter
+                    .limits()
+                    .max_buffer_size
+                    .min(adapter.limits().max_storage_buffer_binding_size),
+            ),
             usable: target.is_some(),
             target,
             notes,
