@@ -74,7 +74,12 @@ impl LengthModel {
         } else {
             0.0
         };
-        (self.bytes.at(examples, frames) * (1.0 + self.margin) + held).ceil() as u64
+        // The shortfall (the most a measured step exceeded the fit) and the margin each
+        // cover what the fit misses: the larger of the two, not both, so a prediction is
+        // neither below a measured step nor padded twice.
+        let fit = self.bytes.at(examples, frames) - self.bytes.shortfall;
+        let covered = (fit * (1.0 + self.margin)).max(fit + self.bytes.shortfall);
+        (covered + held).ceil() as u64
     }
 
     /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of

@@ -105,12 +105,18 @@ pub async fn prepare<T: TrainingTask>(
     let beside = resident + share.read_ahead.bytes(effective_batch);
     let available = request.budget_bytes.saturating_sub(beside);
     let mut last = String::from("the buckets changed with every step measured");
+    // Padded frames a micro-batch may hold once the device refused a bucket whatever the
+    // budget (a tensor past its largest buffer): half of the refused bucket's.
+    let mut most_frames: Option<usize> = None;
     // A plan is taken once its longest and widest buckets were measured and the model,
-    // refitted to those steps, still gives it.
-    for attempt in 1..=MAX_DRY_RUNS + 1 {
+    // refitted to those steps, still gives it. A refusal measured nothing, so it does not
+    // use up a try.
+    let (mut attempt, mut refusals) = (0, 0);
+    'tries: while attempt < MAX_DRY_RUNS + 1 + refusals {
+        attempt += 1;
         let model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
             .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
-        let buckets = model
+        let mut buckets = model
             .buckets(lengths, effective_batch, available)
             .map_err(|needed| PlanError::DoesNotFit {
                 smallest: format!("one example of the longest, {longest} frames"),
@@ -120,6 +126,14 @@ pub async fn prepare<T: TrainingTask>(
                 resident,
                 longest_fitting: model.longest_alone(available, effective_batch > 1, longest),
             })?;
+        if let Some(most) = most_frames {
+            for bucket in &mut buckets.buckets {
+                bucket.examples = bucket.examples.min(most / bucket.frames);
+            }
+            if buckets.buckets.iter().any(|b| b.examples == 0) {
+                return Err(PlanningError::DryRunsFailed(last));
+            }
+        }
         let accumulating = |b: &LengthBucket| b.examples < effective_batch;
         let mut checks: Vec<LengthBucket> = buckets.buckets.last().copied().into_iter().collect();
         checks.extend(
@@ -148,17 +162,14 @@ pub async fn prepare<T: TrainingTask>(
                 sink,
             ));
         }
-        if attempt > MAX_DRY_RUNS {
+        if attempt > MAX_DRY_RUNS + refusals {
             break;
         }
         for bucket in checks {
             let micro_batches = if accumulating(&bucket) { 2 } else { 1 };
-            let m = measure_at(target, task, bucket.examples, bucket.frames, micro_batches).await?;
-            let measured_peak = beside + m.peak_bytes;
-            let fits = measured_peak <= request.budget_bytes;
             let predicted =
                 beside + model.step_bytes(bucket.examples, bucket.frames, accumulating(&bucket));
-            sink.emit(Event::DryRun(DryRunReport {
+            let report = |measured_peak_bytes, fits, refused| DryRunReport {
                 attempt,
                 micro_batch: bucket.examples,
                 n_patches: 1,
@@ -166,12 +177,32 @@ pub async fn prepare<T: TrainingTask>(
                 checkpointing: false,
                 precision: Precision::F32,
                 predicted_peak_bytes: predicted,
-                measured_peak_bytes: measured_peak,
+                measured_peak_bytes,
                 budget_bytes: request.budget_bytes,
                 fits,
                 frames: Some(bucket.frames),
-                refused: None,
-            }));
+                refused,
+            };
+            let m = match measure_at(target, task, bucket.examples, bucket.frames, micro_batches)
+                .await
+            {
+                Ok(m) => m,
+                Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {
+                    let refused = error.device_refusal().unwrap_or_default();
+                    sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
+                    last = format!(
+                        "{} examples of {} frames, refused by the device: {refused}",
+                        bucket.examples, bucket.frames
+                    );
+                    most_frames = Some(bucket.examples * bucket.frames / 2);
+                    refusals += 1;
+                    continue 'tries;
+                }
+                Err(other) => return Err(other.into()),
+            };
+            let measured_peak = beside + m.peak_bytes;
+            let fits = measured_peak <= request.budget_bytes;
+            sink.emit(Event::DryRun(report(measured_peak, fits, None)));
             if !fits {
                 last = format!(
                     "{} examples of {} frames, measured {} of {}",
