@@ -16,7 +16,8 @@ fn has_display() -> bool {
         .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
-const USAGE: &str = "usage: trainer-gui [--data-root DIR] [--steps N] [--runs DIR] [--start]";
+const USAGE: &str = "usage: trainer-gui [--data-root DIR] [--speech-train MANIFEST_OR_FOLDER] \
+                     [--steps N] [--runs DIR] [--start]";
 
 /// The few flags the app takes: what to open, how long to train, and whether to start.
 fn settings_from_args() -> anyhow::Result<Settings> {
@@ -30,6 +31,7 @@ fn settings_from_args() -> anyhow::Result<Settings> {
         match arg.as_str() {
             "--start" => settings.autostart = true,
             "--data-root" => settings.data_root = Some(value("--data-root")?.into()),
+            "--speech-train" => settings.speech_train = Some(value("--speech-train")?.into()),
             "--runs" => settings.runs_dir = value("--runs")?.into(),
             "--steps" => {
                 let text = value("--steps")?;

@@ -415,3 +415,74 @@ fn pause_holds_the_run_and_closing_during_training_asks_to_stop_with_a_checkpoin
     let checkpoint = checkpoint.expect("stopping wrote a checkpoint");
     assert!(Path::new(&checkpoint).join("model.safetensors").is_file());
 }
+
+/// The recogniser on the user's recordings: a manifest opened in the dataset panel (here
+/// through `Settings::speech_train`, what `trainer-gui --speech-train` sets) is what the run
+/// reads, planned by length, and its results are CER and WER.
+#[test]
+fn the_recogniser_trains_on_recordings_opened_in_the_app() {
+    use headroom_datasets::audio::write_wav;
+    use headroom_datasets::speech::synthetic::{SpeechConfig, SpeechSplit};
+    use std::fmt::Write as _;
+
+    let _alone = measuring_alone();
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = SpeechConfig {
+        train: 10,
+        validation: 0,
+        test: 0,
+        median_words: 2.0,
+        ..SpeechConfig::default()
+    };
+    let mut manifest = String::from("audio\ttranscript\n");
+    for key in corpus
+        .keys()
+        .into_iter()
+        .filter(|k| k.split == SpeechSplit::Train)
+    {
+        let name = format!("{}.wav", key.index);
+        write_wav(&dir.path().join(&name), &corpus.audio(&key)).unwrap();
+        writeln!(manifest, "{name}\t{}", key.transcript).unwrap();
+    }
+    let train = dir.path().join("train.tsv");
+    std::fs::write(&train, manifest).unwrap();
+
+    let settings = Settings {
+        probe_gpus: false,
+        runs_dir: dir.path().join("runs"),
+        steps: 2,
+        speech_train: Some(train.clone()),
+        ..Settings::default()
+    };
+    let app = HeadroomApp::new(&eframe::egui::Context::default(), settings);
+    let mut harness = Harness::builder()
+        .with_size([1280.0, 900.0])
+        .build_ui_state(|ui, app: &mut HeadroomApp| app.ui(ui), app);
+    // Another model picked with recordings open trains on its own data.
+    assert_eq!(harness.state().speech_files(), None);
+    harness.state_mut().model = "asr-transformer".into();
+    harness.step();
+    assert_eq!(harness.state().speech_files().unwrap().train, train);
+    harness.get_by_label_contains("Speech recordings:");
+    harness.get_by_label("Generated corpus");
+
+    harness.state_mut().start();
+    wait_for(
+        &mut harness,
+        "the run on the recordings and its scoring",
+        Duration::from_secs(300),
+        |app| app.session.state == RunState::Finished,
+    );
+    let session = &harness.state().session;
+    assert_eq!(session.error, None);
+    let dataset = session.dataset.as_ref().expect("the run's dataset event");
+    assert!(dataset.source.contains("train.tsv"), "{}", dataset.source);
+    // Ten listed: every 10th held out for validation.
+    assert_eq!((dataset.train_clips, dataset.validation_clips), (9, 1));
+    assert!(
+        session.padding.is_some(),
+        "steps planned by length report padding"
+    );
+    let results = session.results.as_ref().expect("the run's results");
+    assert_eq!(results.measures, ["CER", "WER"]);
+}

@@ -46,6 +46,9 @@ impl HeadroomApp {
                     }
                 }
             });
+        if self.speech_reader() {
+            self.recordings_row(ui);
+        }
         if self.dataset.checking.is_some() {
             ui.horizontal(|ui| {
                 ui.spinner();
@@ -64,5 +67,50 @@ impl HeadroomApp {
                 ui.small(p);
             }
         }
+    }
+
+    /// Whether the chosen model reads speech recordings rather than machine sounds.
+    fn speech_reader(&self) -> bool {
+        self.model == <headroom_core::speech::AsrConfig as headroom_core::model::NamedConfig>::NAME
+    }
+
+    /// The recogniser's recordings: a manifest (TSV or JSON lines of audio path and
+    /// transcript) or a LibriSpeech-layout folder, or the generated corpus.
+    fn recordings_row(&mut self, ui: &mut egui::Ui) {
+        let idle = !self.session.is_running();
+        ui.horizontal(|ui| {
+            if ui
+                .add_enabled(idle, egui::Button::new("Open manifest..."))
+                .clicked()
+                && let Some(file) = rfd::FileDialog::new()
+                    .add_filter("manifest", &["tsv", "jsonl"])
+                    .pick_file()
+            {
+                self.recordings = Some(file);
+            }
+            if ui
+                .add_enabled(idle, egui::Button::new("Open LibriSpeech folder..."))
+                .clicked()
+                && let Some(folder) = rfd::FileDialog::new().pick_folder()
+            {
+                self.recordings = Some(folder);
+            }
+            if ui
+                .add_enabled(
+                    idle && self.recordings.is_some(),
+                    egui::Button::new("Generated corpus"),
+                )
+                .clicked()
+            {
+                self.recordings = None;
+            }
+        });
+        ui.label(match &self.recordings {
+            Some(path) => format!(
+                "Speech recordings: {} (every 10th held out for validation)",
+                path.display()
+            ),
+            None => "Speech recordings: the generated corpus".to_string(),
+        });
     }
 }

@@ -47,6 +47,9 @@ pub struct Settings {
     pub autostart: bool,
     /// A dataset to open at launch (`trainer-gui --data-root DIR`).
     pub data_root: Option<PathBuf>,
+    /// The speech recogniser's train recordings to open at launch (`trainer-gui
+    /// --speech-train PATH`: a manifest or a LibriSpeech-layout folder).
+    pub speech_train: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             steps: 288,
             autostart: false,
             data_root: None,
+            speech_train: None,
         }
     }
 }
@@ -78,6 +82,10 @@ pub struct HeadroomApp {
     calibration_failed: Option<(Target, String)>,
     /// The model to train, by name (`registry::built_in`).
     pub model: String,
+    /// The speech recogniser's train recordings (a manifest, or a folder in the LibriSpeech
+    /// layout) instead of its generated corpus; every 10th is held out for validation, as
+    /// `trainer-cli --speech-train` does. Only the recogniser reads them.
+    pub recordings: Option<PathBuf>,
     pub pins: Pins,
     pub effective_batch: usize,
     pub budget_choice: BudgetChoice,
@@ -126,6 +134,7 @@ impl HeadroomApp {
             calibrating: None,
             calibration_failed: None,
             model: headroom_core::model::VqAutoencoderConfig::NAME.to_string(),
+            recordings: settings.speech_train.clone(),
             pins: Pins::default(),
             effective_batch: 32,
             budget_choice: BudgetChoice::FreeMemory,

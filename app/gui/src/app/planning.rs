@@ -4,9 +4,11 @@
 
 use headroom_core::RunLength;
 use headroom_core::budget::simulated as devices;
+use headroom_core::model::NamedConfig;
 use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, RunShare, from_calibration};
 use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
+use headroom_core::speech::{AsrConfig, SpeechFiles};
 
 use super::{BudgetChoice, HeadroomApp};
 
@@ -33,6 +35,7 @@ impl HeadroomApp {
             model: Some(self.model.clone()),
             data: DataSpec {
                 root: self.dataset.root.clone(),
+                speech: self.speech_files(),
                 ..DataSpec::default()
             },
             split: SplitSpec {
@@ -51,6 +54,20 @@ impl HeadroomApp {
             length: Some(RunLength::Steps(self.settings.steps)),
             ..RunSpec::default()
         })
+    }
+
+    /// The recordings the run reads: the recogniser's alone, so that another model picked
+    /// with recordings open trains on its own data.
+    pub fn speech_files(&self) -> Option<SpeechFiles> {
+        let reads_recordings = self.model == <AsrConfig as NamedConfig>::NAME;
+        self.recordings
+            .clone()
+            .filter(|_| reads_recordings)
+            .map(|train| SpeechFiles {
+                train,
+                validation: None,
+                test: None,
+            })
     }
 
     /// The budget and where it came from, resolved by core as the CLI's is.
