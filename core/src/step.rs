@@ -566,9 +566,9 @@ mod tests {
         assert_eq!(flatten(&model, &again), after);
     }
 
-    /// cubecl's words when a buffer passes the device's largest (lavapipe's 2 GiB here, as
-    /// a 256 x 16 patch step met it), and when the driver ran out: both are refusals that a
-    /// smaller micro-batch answers; a poisoned device is not.
+    /// cubecl's words when a buffer passes the device's largest (the 2 GiB buffer a 256 x 16
+    /// patch step asked of lavapipe, whose largest is 128 MiB), and when the driver ran out:
+    /// both are refusals that a smaller micro-batch answers; a poisoned device is not.
     #[test]
     fn the_devices_refusal_is_told_in_one_line() {
         let too_big = StepError::Device(
