@@ -90,8 +90,8 @@ pub struct PlanRequest {
 }
 
 /// A ceiling the device itself set on the micro-batch: a dry-run of `refused_patches` failed
-/// to allocate (wgpu's largest buffer is 4 GiB on NVIDIA's Vulkan driver, where CUDA has no
-/// such limit), so micro-batches hold at most `most_patches`.
+/// to allocate (on wgpu no tensor may pass the largest storage buffer: an H200 refused a
+/// 2 GiB one, where CUDA has no such limit), so micro-batches hold at most `most_patches`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceCap {
     pub refused_patches: usize,
