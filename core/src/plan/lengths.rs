@@ -187,8 +187,10 @@ pub async fn prepare<T: TrainingTask>(
                 .await
             {
                 Ok(m) => m,
-                Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {
-                    let refused = error.device_refusal().unwrap_or_default();
+                Err(CalibrationError::Step(error)) => {
+                    let Some(refused) = error.device_refusal() else {
+                        return Err(CalibrationError::Step(error).into());
+                    };
                     sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
                     last = format!(
                         "{} examples of {} frames, refused by the device: {refused}",

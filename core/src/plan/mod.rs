@@ -314,6 +314,20 @@ pub async fn prepare<T: TrainingTask>(
         }
         // The run's step as it will be: a plan that accumulates is checked with two
         // micro-batches, the second holding the first's gradients.
+        let report = |measured_peak_bytes, fits, refused| DryRunReport {
+            attempt,
+            micro_batch: plan.micro_batch,
+            n_patches: plan.n_patches,
+            accumulation: plan.accumulation,
+            checkpointing: plan.checkpointing,
+            precision: plan.precision,
+            predicted_peak_bytes: plan.predicted_peak_bytes,
+            measured_peak_bytes,
+            budget_bytes: planning.budget_bytes,
+            fits,
+            frames: None,
+            refused,
+        };
         let measured = match measure_accumulating_step(
             target,
             task,
@@ -325,24 +339,13 @@ pub async fn prepare<T: TrainingTask>(
         .await
         {
             Ok(measured) => measured,
-            Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {
+            Err(CalibrationError::Step(error)) => {
+                let Some(refused) = error.device_refusal() else {
+                    return Err(CalibrationError::Step(error).into());
+                };
                 // The device refused this size whatever the budget: half of it is tried
                 // next, as a recovery would, and no larger micro-batch after.
-                let refused = error.device_refusal().unwrap_or_default();
-                sink.emit(Event::DryRun(DryRunReport {
-                    attempt,
-                    micro_batch: plan.micro_batch,
-                    n_patches: plan.n_patches,
-                    accumulation: plan.accumulation,
-                    checkpointing: plan.checkpointing,
-                    precision: plan.precision,
-                    predicted_peak_bytes: plan.predicted_peak_bytes,
-                    measured_peak_bytes: 0,
-                    budget_bytes: planning.budget_bytes,
-                    fits: false,
-                    frames: None,
-                    refused: Some(refused.clone()),
-                }));
+                sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
                 last = format!("{}, refused by the device: {refused}", plan.reason);
                 let most_patches = patches / 2;
                 if most_patches < plan.n_patches {
@@ -360,20 +363,7 @@ pub async fn prepare<T: TrainingTask>(
         let beside = resident + share.read_ahead.bytes(plan.micro_batch);
         let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
-        sink.emit(Event::DryRun(DryRunReport {
-            attempt,
-            micro_batch: plan.micro_batch,
-            n_patches: plan.n_patches,
-            accumulation: plan.accumulation,
-            checkpointing: plan.checkpointing,
-            precision: plan.precision,
-            predicted_peak_bytes: plan.predicted_peak_bytes,
-            measured_peak_bytes: measured_peak,
-            budget_bytes: planning.budget_bytes,
-            fits,
-            frames: None,
-            refused: None,
-        }));
+        sink.emit(Event::DryRun(report(measured_peak, fits, None)));
         learn(&mut calibration, measured);
         if fits {
             fallback = Some(plan.clone());

@@ -70,7 +70,7 @@ impl HeadroomApp {
     }
 
     /// Whether the chosen model reads speech recordings rather than machine sounds.
-    fn speech_reader(&self) -> bool {
+    pub(super) fn speech_reader(&self) -> bool {
         self.model == <headroom_core::speech::AsrConfig as headroom_core::model::NamedConfig>::NAME
     }
 

@@ -4,11 +4,10 @@
 
 use headroom_core::RunLength;
 use headroom_core::budget::simulated as devices;
-use headroom_core::model::NamedConfig;
 use headroom_core::plan::{Breakdown, Calibration, Plan, Planning, RunShare, from_calibration};
 use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
-use headroom_core::speech::{AsrConfig, SpeechFiles};
+use headroom_core::speech::SpeechFiles;
 
 use super::{BudgetChoice, HeadroomApp};
 
@@ -59,10 +58,9 @@ impl HeadroomApp {
     /// The recordings the run reads: the recogniser's alone, so that another model picked
     /// with recordings open trains on its own data.
     pub fn speech_files(&self) -> Option<SpeechFiles> {
-        let reads_recordings = self.model == <AsrConfig as NamedConfig>::NAME;
         self.recordings
             .clone()
-            .filter(|_| reads_recordings)
+            .filter(|_| self.speech_reader())
             .map(|train| SpeechFiles {
                 train,
                 validation: None,
