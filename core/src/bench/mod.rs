@@ -132,6 +132,9 @@ pub struct BenchResult {
     /// Each example's frames, where the task's examples vary in length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<usize>,
+    /// A device pool's pages after the timed steps (empty on CPU backends).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<crate::memory::PoolPages>,
 }
 
 /// Times the default model (in the layer forms `config` asks for).
@@ -213,6 +216,7 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
         mem_in_use_peak_bytes: in_use_peak,
         peak_rss_mib: peak_rss_mib(),
         frames: config.frames,
+        pools: meter.pages(),
     })
 }
 

@@ -105,6 +105,20 @@ pub struct StepMeasurement {
     /// Frames of each example, for a task measured at several lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<usize>,
+    /// On a device whose pool carves pages (cubecl): what the footprint was made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<PagedStep>,
+}
+
+/// A measured step's footprint on a device pool that carves allocations from pages sized to
+/// the largest allocation it served (cubecl's adaptive pool): the current pages, and what
+/// was in use at the step's sampled phases, both above what was in use before the step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PagedStep {
+    pub page_bytes: u64,
+    pub pages: u64,
+    pub largest_allocation_bytes: u64,
+    pub in_use_bytes: u64,
 }
 
 fn one() -> usize {

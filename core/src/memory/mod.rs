@@ -44,6 +44,18 @@ impl MemoryReading {
     }
 }
 
+/// One pool of a device's memory: pages of one size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolPages {
+    pub page_bytes: u64,
+    /// Pages held now.
+    pub pages: u64,
+    /// The most pages held at once.
+    pub pages_peak: u64,
+    /// The largest allocation the pool served.
+    pub largest_allocation_bytes: u64,
+}
+
 /// Where the figures come from, so front-ends can label them honestly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -166,6 +178,32 @@ impl MemoryMeter {
             }
             MemorySource::Unmeasured => MemoryReading::default(),
         }
+    }
+
+    /// A device pool's pages, pool by pool: what its footprint is made of (a cubecl pool
+    /// sizes its pages to the largest allocation it served); empty on CPU backends.
+    pub fn pages(&self) -> Vec<PoolPages> {
+        if self.source != MemorySource::DevicePool {
+            return Vec::new();
+        }
+        self.device
+            .memory_pool_report()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|pool| PoolPages {
+                page_bytes: pool.page_size,
+                pages: pool.pages,
+                pages_peak: pool.pages_peak,
+                largest_allocation_bytes: pool.largest_alloc,
+            })
+            .collect()
+    }
+
+    /// The pool a cubecl device carves new allocations from: the second it reports, after
+    /// the small-allocation pool (cubecl's adaptive memory lists the small pool, then the
+    /// arena's current pool, then the pools a growth left behind).
+    pub fn current_pages(&self) -> Option<PoolPages> {
+        self.pages().get(1).copied()
     }
 
     /// Asks the device to return cached memory (cubecl pools; a no-op on CPU).

@@ -9,6 +9,7 @@ use super::memory::{HalfCost, LinearCost, MeasuredCost, MemoryModel};
 use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
+use crate::events::planned::PagedStep;
 pub use crate::events::planned::StepMeasurement;
 use crate::memory::MemoryMeter;
 use crate::precision::Precision;
@@ -113,12 +114,16 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
             precision,
         };
         let mut seconds = 0.0;
-        let mut peak = 0;
+        let (mut peak, mut pages) = (0, None);
         // The warm-up step makes AdamW's moments; on a GPU it also compiles and tunes the
         // kernels for this size, so it runs at full size there. A CPU compiles nothing, and
         // one patch is enough.
         let warm_up = if target.backend.is_host() { 1 } else { patches };
-        for round in 0..2 {
+        let page = |meter: &MemoryMeter| meter.current_pages().map(|pool| pool.page_bytes);
+        let mut regrown = false;
+        let mut round = 0;
+        while round < 2 {
+            let page_before = page(&meter);
             let (size, count) = if round == 0 {
                 (warm_up, 1)
             } else {
@@ -141,10 +146,30 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
             net = next;
             // The step's scalars were read, so its work is done; this covers lazy backends.
             let _ = readback::settle(&device).await;
+            // A warm-up that grew a paged pool's pages (cubecl) left the model's parameters
+            // on the outgrown ones, held beside the new until a relocation empties them. A
+            // run's model is made in the pages its planning grew: so is this one, made
+            // again after the outgrown pages are returned, and warmed up again.
+            if round == 0 && !regrown && page(&meter) != page_before {
+                regrown = true;
+                drop(net);
+                meter.cleanup();
+                device.seed(7);
+                net = task.networks(&device);
+                optimizer = new_optimizer();
+                continue;
+            }
             if round == 1 {
                 seconds = started.elapsed().as_secs_f64();
                 peak = meter.sample().peak_bytes;
+                pages = meter.current_pages().map(|pool| PagedStep {
+                    page_bytes: pool.page_bytes,
+                    pages: pool.pages,
+                    largest_allocation_bytes: pool.largest_allocation_bytes,
+                    in_use_bytes: meter.in_use_peak().saturating_sub(before),
+                });
             }
+            round += 1;
         }
         StepMeasurement {
             patches,
@@ -154,6 +179,7 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
             seconds,
             micro_batches,
             frames: None,
+            pages,
         }
     };
     meter.cleanup();

@@ -22,6 +22,9 @@ pub struct LengthModel {
     /// f32 bytes of the summed gradients a step of several micro-batches holds.
     pub accumulation_bytes: u64,
     pub margin: f64,
+    /// On a device pool that carves pages (cubecl): the bytes by its pages instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<PagedBytes>,
 }
 
 impl LengthModel {
@@ -58,11 +61,19 @@ impl LengthModel {
         let mut seconds = LengthCost::fit(&timed)?;
         // Time is predicted, not guaranteed: no shortfall.
         seconds.shortfall = 0.0;
+        let held = |m: &StepMeasurement| {
+            if m.micro_batches > 1 {
+                accumulation_bytes
+            } else {
+                0
+            }
+        };
         Some(Self {
             bytes: LengthCost::fit(&points(&single))?,
             seconds,
             accumulation_bytes,
             margin,
+            pages: PagedBytes::fit(&at_length, held),
         })
     }
 
@@ -70,16 +81,20 @@ impl LengthModel {
     /// margin; `accumulating`: the step holds summed gradients beside it.
     pub fn step_bytes(&self, examples: usize, frames: usize, accumulating: bool) -> u64 {
         let held = if accumulating {
-            self.accumulation_bytes as f64
+            self.accumulation_bytes
         } else {
-            0.0
+            0
         };
+        // Pages are whole: no margin on them (the spread covers the steps measured in them).
+        if let Some(pages) = &self.pages {
+            return pages.step_bytes(examples, frames, held, self.margin);
+        }
         // The shortfall (the most a measured step exceeded the fit) and the margin each
         // cover what the fit misses: the larger of the two, not both, so a prediction is
         // neither below a measured step nor padded twice.
         let fit = self.bytes.at(examples, frames) - self.bytes.shortfall;
         let covered = (fit * (1.0 + self.margin)).max(fit + self.bytes.shortfall);
-        (covered + held).ceil() as u64
+        (covered + held as f64).ceil() as u64
     }
 
     /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of
@@ -238,6 +253,9 @@ pub struct Predicted {
     /// reach, where every bucket full is the most it may.
     pub step_bytes: u64,
 }
+
+mod paged;
+pub use paged::{PagedBytes, page_for};
 
 #[cfg(test)]
 mod tests;

@@ -36,6 +36,7 @@ fn model() -> LengthModel {
         },
         accumulation_bytes: 1_000_000,
         margin: 0.0,
+        pages: None,
     }
 }
 
