@@ -85,7 +85,8 @@ impl LengthModel {
         } else {
             0
         };
-        // Pages are whole: no margin on them (the spread covers the steps measured in them).
+        // Pages are whole: the margin goes on what is beside them only (the spread covers
+        // the steps measured in the pages).
         if let Some(pages) = &self.pages {
             return pages.step_bytes(examples, frames, held, self.margin);
         }

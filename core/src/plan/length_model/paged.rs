@@ -110,8 +110,8 @@ impl PagedBytes {
             spread,
             largest,
             page_bytes,
-            // The least: a step that grew the pages also held the outgrown ones until they
-            // emptied, which a run's steps, in pages planning grew, do not.
+            // The least: a run's steps, in the pages planning grew, hold no outgrown pages
+            // beside them (measured steps are made so too: `calibrate`'s regrowth).
             beside_bytes: steps
                 .iter()
                 .map(|(m, p)| m.peak_bytes.saturating_sub(p.pages * p.page_bytes))
