@@ -44,14 +44,14 @@ impl LengthModel {
                 .map(|m| (m.patches, m.frames.unwrap_or(1), value(m)))
                 .collect()
         };
-        let single = |m: &StepMeasurement| {
-            let held = if m.micro_batches > 1 {
+        let held = move |m: &StepMeasurement| {
+            if m.micro_batches > 1 {
                 accumulation_bytes
             } else {
                 0
-            };
-            m.peak_bytes.saturating_sub(held) as f64
+            }
         };
+        let single = |m: &StepMeasurement| m.peak_bytes.saturating_sub(held(m)) as f64;
         // Only single micro-batches time a micro-batch.
         let timed: Vec<(usize, usize, f64)> = at_length
             .iter()
@@ -61,13 +61,6 @@ impl LengthModel {
         let mut seconds = LengthCost::fit(&timed)?;
         // Time is predicted, not guaranteed: no shortfall.
         seconds.shortfall = 0.0;
-        let held = |m: &StepMeasurement| {
-            if m.micro_batches > 1 {
-                accumulation_bytes
-            } else {
-                0
-            }
-        };
         Some(Self {
             bytes: LengthCost::fit(&points(&single))?,
             seconds,
