@@ -98,6 +98,9 @@ pub struct PhaseOutcome {
     pub reported: f64,
     /// Global norm of the phase's gradients before clipping.
     pub grad_norm: f64,
+    /// The most memory the phase held (above nothing: the meter's reading), measured apart
+    /// from the other phases; the step's peak where it has one phase.
+    pub peak_bytes: u64,
 }
 
 /// What a step measured: each phase's figures, in the task's order.
@@ -210,35 +213,60 @@ pub async fn optimizer_step<T: TrainingTask>(
     settings: StepSettings,
     meter: &mut MemoryMeter,
 ) -> Result<(T::Networks, StepOutcome), StepError> {
+    if task.phases().len() == 1 {
+        let (next, figures) =
+            phase_step(task, networks, 0, optimizer, micro_batches, settings, meter).await?;
+        return Ok((
+            next,
+            StepOutcome {
+                phases: vec![figures],
+            },
+        ));
+    }
+    let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+    phased_step(
+        task,
+        networks,
+        optimizer,
+        |_| batches.clone(),
+        settings,
+        meter,
+    )
+    .await
+}
+
+/// [`optimizer_step`] with each phase's own micro-batches of the step's examples
+/// (`micro_batches(phase)`): a phase that holds less per example (a GAN's discriminator
+/// beside its generator) takes larger micro-batches, and every phase still sees the
+/// whole step. Each phase's peak is measured apart ([`PhaseOutcome::peak_bytes`]).
+pub async fn phased_step<T: TrainingTask>(
+    task: &T,
+    networks: T::Networks,
+    optimizer: &mut ModuleOptimizer,
+    mut micro_batches: impl FnMut(usize) -> Vec<T::Batch>,
+    settings: StepSettings,
+    meter: &mut MemoryMeter,
+) -> Result<(T::Networks, StepOutcome), StepError> {
     let phases = task.phases().len();
     let mut outcome = StepOutcome {
         phases: Vec::with_capacity(phases),
     };
-    if phases == 1 {
-        let (next, figures) =
-            phase_step(task, networks, 0, optimizer, micro_batches, settings, meter).await?;
-        outcome.phases.push(figures);
-        return Ok((next, outcome));
-    }
-    let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
     // The earlier phases' updates reach the optimizer's state before a later phase may
     // fail: the step works on a copy (its tensors are shared handles), kept only when every
     // phase succeeded, so that a redone step starts from the same state.
     let mut trial = optimizer.clone();
     let mut networks = networks;
     for phase in 0..phases {
-        let (next, figures) = phase_step(
-            task,
-            networks,
-            phase,
-            &mut trial,
-            batches.iter().cloned(),
-            settings,
-            meter,
-        )
-        .await?;
+        let batches = micro_batches(phase);
+        let window = meter.open_window();
+        let stepped = phase_step(task, networks, phase, &mut trial, batches, settings, meter).await;
+        let peak_bytes = meter.close_window(window);
+        let (next, figures) = stepped?;
         networks = next;
-        outcome.phases.push(figures);
+        outcome.phases.push(PhaseOutcome {
+            peak_bytes,
+            ..figures
+        });
     }
     *optimizer = trial;
     Ok((networks, outcome))
@@ -286,13 +314,14 @@ async fn phase_step<T: TrainingTask>(
     let networks = optimizer.step(lr, networks, grads);
     // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
     // guarded: the plan's fixed cost already holds it.
-    meter.sample();
+    let peak_bytes = meter.sample().peak_bytes;
     Ok((
         networks,
         PhaseOutcome {
             loss,
             reported,
             grad_norm,
+            peak_bytes,
         },
     ))
 }

@@ -156,6 +156,12 @@ pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }
 
+/// Raises the peak to at least `bytes`: an outer window's peak, restored after an inner
+/// window (one phase of a step) was measured apart.
+pub fn raise_peak(bytes: usize) {
+    PEAK.fetch_max(bytes, Ordering::Relaxed);
+}
+
 /// Starts a new peak window at the current allocation.
 pub fn reset_peak() {
     PEAK.store(ALLOCATED.load(Ordering::Relaxed), Ordering::Relaxed);

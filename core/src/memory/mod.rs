@@ -68,6 +68,14 @@ pub enum MemorySource {
     Unmeasured,
 }
 
+/// The window a [`MemoryMeter::open_window`] interrupted: its peak so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "close the window to restore the peak around it"]
+pub struct Window {
+    peak_bytes: u64,
+    in_use_peak_bytes: u64,
+}
+
 /// Reads a device's memory the way its backend allows.
 #[derive(Debug, Clone)]
 pub struct MemoryMeter {
@@ -139,6 +147,33 @@ impl MemoryMeter {
                 self.sampled_in_use_peak = now.allocated_bytes;
             }
         }
+    }
+
+    /// Opens a peak window of its own inside the current one (a phase of a step): the
+    /// peak from here to [`MemoryMeter::close_window`] is the inner window's, and the
+    /// current window goes on after it as if none had been opened (its peak the larger of
+    /// the two). On a device pool the inner window starts at the pages held already,
+    /// since the pool keeps them.
+    pub fn open_window(&mut self) -> Window {
+        let outer = Window {
+            peak_bytes: self.sample().peak_bytes,
+            in_use_peak_bytes: self.in_use_peak(),
+        };
+        self.reset_peak();
+        outer
+    }
+
+    /// Closes the inner window `outer` was returned for; its peak.
+    pub fn close_window(&mut self, outer: Window) -> u64 {
+        let peak = self.sample().peak_bytes;
+        match self.source {
+            MemorySource::HostAllocator => alloc::raise_peak(outer.peak_bytes as usize),
+            _ => {
+                self.sampled_peak = self.sampled_peak.max(outer.peak_bytes);
+                self.sampled_in_use_peak = self.sampled_in_use_peak.max(outer.in_use_peak_bytes);
+            }
+        }
+        peak
     }
 
     /// The most bytes in use since the last reset: the peak itself on the host, the largest

@@ -18,7 +18,7 @@ use crate::model::{
 use crate::plan::{self, Fixed, Planning, PlanningError, RunShare};
 use crate::precision::Precision;
 use crate::readback::block_on;
-use crate::step::{StepError, StepSettings, clip_global_norm, optimizer_step};
+use crate::step::{StepError, StepSettings, clip_global_norm, optimizer_step, phased_step};
 
 fn autodiff_cpu(seed: u64) -> Device {
     let device = BackendKind::Flex.device().unwrap().autodiff();
@@ -235,6 +235,98 @@ fn each_phase_updates_its_own_network_after_the_phases_before_it() {
         flat_parameters(&start.second),
         flat_parameters(&stepped.second),
         "the second network learned"
+    );
+}
+
+/// Each phase may cut the step's examples its own way: the first phase in one micro-batch
+/// of 8, the second in four of 2, steps as both phases in two of 4 do (each phase's
+/// gradient is the mean over the whole step whatever its micro-batches).
+#[test]
+fn each_phase_cuts_the_step_its_own_way_and_steps_the_same() {
+    let device = autodiff_cpu(11);
+    let task = TwoPhases;
+    let start = task.networks(&device);
+    let x = task.measuring_batch(8, &device);
+    let cut = |size: usize| -> Vec<Tensor<2>> {
+        (0..8 / size)
+            .map(|i| x.clone().narrow(0, i * size, size))
+            .collect()
+    };
+    let mut meter = MemoryMeter::new(BackendKind::Flex, &device);
+    let (shared, _) = block_on(optimizer_step(
+        &task,
+        start.clone(),
+        &mut new_optimizer(),
+        cut(4),
+        settings(8, Some(1.0)),
+        &mut meter,
+    ))
+    .unwrap();
+    let sizes = [8, 2];
+    let mut asked = Vec::new();
+    let (phased, outcome) = block_on(phased_step(
+        &task,
+        start,
+        &mut new_optimizer(),
+        |phase| {
+            asked.push(phase);
+            cut(sizes[phase])
+        },
+        settings(8, Some(1.0)),
+        &mut meter,
+    ))
+    .unwrap();
+    assert_eq!(asked, [0, 1], "each phase's micro-batches, in order");
+    assert_eq!(outcome.phases.len(), 2);
+    assert_close(
+        &flat_parameters(&shared),
+        &flat_parameters(&phased),
+        "both networks",
+    );
+    // A phase given fewer examples than the step's is refused, and the first phase's
+    // update is not kept: the optimizer then steps as a fresh one does.
+    let again = task.networks(&device);
+    let mut optimizer = new_optimizer();
+    let short = block_on(phased_step(
+        &task,
+        again.clone(),
+        &mut optimizer,
+        |phase| {
+            if phase == 0 {
+                cut(8)
+            } else {
+                cut(2)[..3].to_vec()
+            }
+        },
+        settings(8, None),
+        &mut meter,
+    ));
+    assert!(
+        matches!(
+            short,
+            Err(StepError::Incomplete {
+                seen: 6,
+                expected: 8
+            })
+        ),
+        "{short:?}"
+    );
+    let step_with = |mut optimizer: ModuleOptimizer, meter: &mut MemoryMeter| {
+        let (stepped, _) = block_on(optimizer_step(
+            &task,
+            again.clone(),
+            &mut optimizer,
+            cut(8),
+            settings(8, None),
+            meter,
+        ))
+        .unwrap();
+        flat_parameters(&stepped)
+    };
+    assert_eq!(
+        step_with(optimizer, &mut meter),
+        step_with(new_optimizer(), &mut meter),
+        "the refused step left the optimizer as it was"
     );
 }
 
