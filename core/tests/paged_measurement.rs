@@ -29,7 +29,10 @@ fn a_step_that_grows_the_pages_is_measured_as_one_in_them() {
             false,
         ))
         .expect("a measured step on wgpu (lavapipe in CI)");
-        (m, m.pages.expect("cubecl's pool reports its pages"))
+        {
+            let pages = m.pages.expect("cubecl's pool reports its pages");
+            (m, pages)
+        }
     };
     let (_, small) = measure(1, 400);
     let (grown, g) = measure(2, 1_600);

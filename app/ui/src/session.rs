@@ -436,6 +436,7 @@ mod tests {
             fits: true,
             frames: Some(1877),
             refused: None,
+            phases: Vec::new(),
         }));
         assert!(
             session.log[0].starts_with("dry-run 1: 2 utterances of 1877 frames measured"),

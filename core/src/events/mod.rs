@@ -96,6 +96,18 @@ pub struct DryRunReport {
     /// buffer, or out of its memory), in its words; nothing was measured then.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub refused: Option<String>,
+    /// A plan of several phases: each phase's micro-batch, prediction and measured peak.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub phases: Vec<PhaseDryRun>,
+}
+
+/// One phase of a dry-run step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseDryRun {
+    pub phase: String,
+    pub micro_batch: usize,
+    pub predicted_peak_bytes: u64,
+    pub measured_peak_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

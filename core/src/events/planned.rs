@@ -26,6 +26,21 @@ pub struct Plan {
     /// For examples of every length: the length buckets each step is packed by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lengths: Option<LengthPlan>,
+    /// A task of several phases: each phase's own split of the same effective batch, in
+    /// the task's order (the plan's own split is the one of fewest examples a micro-batch,
+    /// which every phase fits in); empty for one phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhasePlan>,
+}
+
+/// One phase's part of a plan: the micro-batch and accumulation it takes of each step's
+/// examples, and its own predicted peak (resident bytes included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhasePlan {
+    pub phase: String,
+    pub micro_batch: usize,
+    pub accumulation: usize,
+    pub predicted_peak_bytes: u64,
 }
 
 /// A plan by length: its buckets and what packing the train split's steps by them pads.
@@ -88,7 +103,7 @@ pub struct Breakdown {
 }
 
 /// One measured training step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepMeasurement {
     pub patches: usize,
     pub checkpointing: bool,
@@ -108,6 +123,39 @@ pub struct StepMeasurement {
     /// On a device whose pool carves pages (cubecl): what the footprint was made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<PagedStep>,
+    /// A task of several phases (a GAN's discriminator and generator): each phase's own
+    /// micro-batches and peak, in the task's order; empty for one phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseMeasurement>,
+}
+
+/// One phase of a measured step: its micro-batches and the most it held, above what was
+/// allocated before the model existed (the phases before it freed what they held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseMeasurement {
+    pub patches: usize,
+    pub micro_batches: usize,
+    pub peak_bytes: u64,
+    /// f32 bytes of the gradients the phase applies (its network's): what its step holds
+    /// summed while it accumulates.
+    pub gradient_bytes: u64,
+}
+
+impl StepMeasurement {
+    /// Phase `phase` of the step read as a step of its own: its micro-batches and peak (the
+    /// fixed parts, networks and optimizer, are the step's). `None` when the step was not
+    /// measured by phase.
+    pub fn phase(&self, phase: usize) -> Option<StepMeasurement> {
+        let own = self.phases.get(phase)?;
+        Some(StepMeasurement {
+            patches: own.patches,
+            micro_batches: own.micro_batches,
+            peak_bytes: own.peak_bytes,
+            pages: None,
+            phases: Vec::new(),
+            ..self.clone()
+        })
+    }
 }
 
 /// A measured step's footprint on a device pool that carves allocations from pages sized to

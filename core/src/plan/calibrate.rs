@@ -9,13 +9,13 @@ use super::memory::{HalfCost, LinearCost, MeasuredCost, MemoryModel};
 use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
 use crate::checkpoint::new_optimizer;
-use crate::events::planned::PagedStep;
 pub use crate::events::planned::StepMeasurement;
+use crate::events::planned::{PagedStep, PhaseMeasurement};
 use crate::memory::MemoryMeter;
 use crate::precision::Precision;
 use crate::readback;
 use crate::setting::{Described, PlainWords, Setting, Wording};
-use crate::step::{StepError, StepSettings, optimizer_step};
+use crate::step::{StepError, StepSettings, optimizer_step, phased_step};
 use crate::task::TrainingTask;
 
 /// Patches per micro-batch of the two calibration steps for a model whose patches the
@@ -94,12 +94,75 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
     precision: Precision,
     checkpointing: bool,
 ) -> Result<StepMeasurement, CalibrationError> {
-    let micro_batches = micro_batches.max(1);
+    let cut = Cut::even(task, patches, micro_batches);
+    measure_cut_step(target, task, &cut, precision, checkpointing).await
+}
+
+/// How a measured step cuts its examples: each phase's micro-batch (patches), over
+/// `step_examples` examples in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub phase_patches: Vec<usize>,
+    pub step_examples: usize,
+}
+
+impl Cut {
+    /// Every phase in `micro_batches` micro-batches of `patches`.
+    pub fn even<T: TrainingTask>(task: &T, patches: usize, micro_batches: usize) -> Self {
+        let patches = patches.max(1);
+        Self {
+            phase_patches: vec![patches; task.phases().len()],
+            step_examples: patches * micro_batches.max(1),
+        }
+    }
+
+    /// Each phase in micro-batches of its own size (`phase_patches`, the task's order),
+    /// over as many examples as every phase's first two micro-batches need (at most the
+    /// step's `effective` examples): the second holds the gradients summed so far, as a
+    /// run's step does, a phase that does not accumulate takes one, and a smaller phase
+    /// takes as many as the same examples make.
+    pub fn per_phase(phase_patches: Vec<usize>, accumulating: &[bool], effective: usize) -> Self {
+        let step_examples = phase_patches
+            .iter()
+            .zip(accumulating)
+            .map(|(&p, &acc)| p.max(1) * if acc { 2 } else { 1 })
+            .max()
+            .unwrap_or(1)
+            .min(effective.max(1));
+        Self {
+            phase_patches,
+            step_examples,
+        }
+    }
+
+    /// Phase `phase`'s micro-batch sizes: whole micro-batches, the last one the remainder.
+    fn sizes(&self, phase: usize) -> Vec<usize> {
+        let size = self.phase_patches[phase].max(1);
+        let mut left = self.step_examples;
+        let mut sizes = Vec::with_capacity(left.div_ceil(size));
+        while left > 0 {
+            sizes.push(size.min(left));
+            left -= size.min(left);
+        }
+        sizes
+    }
+}
+
+/// A measured step cut as `cut` says ([`Cut`]), on a model of its own dropped after: a
+/// warm-up step, then the measured one, each phase's peak measured apart.
+pub async fn measure_cut_step<T: TrainingTask>(
+    target: Target,
+    task: &T,
+    cut: &Cut,
+    precision: Precision,
+    checkpointing: bool,
+) -> Result<StepMeasurement, CalibrationError> {
     let device = target.training_device(checkpointing)?;
     let mut meter = MemoryMeter::new(target.backend, &device);
     if meter.source() == crate::memory::MemorySource::Unmeasured {
         return Err(CalibrationError::Unmeasured(target.backend));
     }
+    let phases = task.phases().len();
     meter.cleanup();
     let before = meter.sample().allocated_bytes;
     let measurement = {
@@ -107,41 +170,65 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
         let mut net = task.networks(&device);
         let mut optimizer = new_optimizer();
         let settings = StepSettings {
-            step_examples: patches,
+            step_examples: cut.step_examples,
             lr: 1e-4,
             clip_norm: Some(1.0),
             warming_up: false,
             precision,
         };
         let mut seconds = 0.0;
-        let (mut peak, mut pages) = (0, None);
+        let (mut peak, mut pages, mut phase_peaks) = (0, None, Vec::new());
         // The warm-up step makes AdamW's moments; on a GPU it also compiles and tunes the
         // kernels for this size, so it runs at full size there. A CPU compiles nothing, and
-        // one patch is enough.
-        let warm_up = if target.backend.is_host() { 1 } else { patches };
+        // one patch a phase is enough.
+        let warm_up = if target.backend.is_host() {
+            Cut::even(task, 1, 1)
+        } else {
+            cut.clone()
+        };
         let page = |meter: &MemoryMeter| meter.current_pages().map(|pool| pool.page_bytes);
         let mut regrown = false;
         let mut round = 0;
         while round < 2 {
             let page_before = page(&meter);
-            let (size, count) = if round == 0 {
-                (warm_up, 1)
-            } else {
-                (patches, micro_batches)
-            };
-            // Made one at a time inside the step, as the run reads its micro-batches.
-            let batches = (0..count).map(|_| task.measuring_batch(size, &device));
-            meter.reset_peak();
-            let started = Instant::now();
+            let this = if round == 0 { &warm_up } else { cut };
             let settings = StepSettings {
-                step_examples: size * count,
+                step_examples: this.step_examples,
                 ..settings
             };
+            meter.reset_peak();
+            let started = Instant::now();
             // The run keeps the model it had until the step succeeds (so that a step out of
             // memory can be redone smaller): its parameters are alive beside the new ones.
             let kept = net.clone();
-            let (next, _) =
-                optimizer_step(task, net, &mut optimizer, batches, settings, &mut meter).await?;
+            let (next, outcome) = if phases == 1 {
+                // Made one at a time inside the step, as the run reads its micro-batches.
+                let batches = this
+                    .sizes(0)
+                    .into_iter()
+                    .map(|size| task.measuring_batch(size, &device));
+                optimizer_step(task, net, &mut optimizer, batches, settings, &mut meter).await?
+            } else {
+                // A run's step holds its examples until its last phase: made up front here,
+                // each phase's own cut of random examples (memory does not depend on them).
+                let mut made: Vec<Vec<T::Batch>> = (0..phases)
+                    .map(|phase| {
+                        this.sizes(phase)
+                            .into_iter()
+                            .map(|size| task.measuring_batch(size, &device))
+                            .collect()
+                    })
+                    .collect();
+                phased_step(
+                    task,
+                    net,
+                    &mut optimizer,
+                    |phase| std::mem::take(&mut made[phase]),
+                    settings,
+                    &mut meter,
+                )
+                .await?
+            };
             drop(kept);
             net = next;
             // The step's scalars were read, so its work is done; this covers lazy backends.
@@ -168,18 +255,32 @@ pub async fn measure_accumulating_step<T: TrainingTask>(
                     largest_allocation_bytes: pool.largest_allocation_bytes,
                     in_use_bytes: meter.in_use_peak().saturating_sub(before),
                 });
+                if phases > 1 {
+                    phase_peaks = outcome
+                        .phases
+                        .iter()
+                        .enumerate()
+                        .map(|(phase, figures)| PhaseMeasurement {
+                            patches: cut.phase_patches[phase],
+                            micro_batches: cut.sizes(phase).len(),
+                            peak_bytes: figures.peak_bytes.saturating_sub(before),
+                            gradient_bytes: figures.gradient_bytes,
+                        })
+                        .collect();
+                }
             }
             round += 1;
         }
         StepMeasurement {
-            patches,
+            patches: cut.phase_patches[0],
             checkpointing,
             precision,
             peak_bytes: peak.saturating_sub(before),
             seconds,
-            micro_batches,
+            micro_batches: cut.sizes(0).len(),
             frames: None,
             pages,
+            phases: phase_peaks,
         }
     };
     meter.cleanup();
@@ -196,6 +297,10 @@ pub struct Calibration {
     /// For a task planned by length: its steps' cost by length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lengths: Option<super::length_model::LengthModel>,
+    /// A task of several phases: each phase's memory, fitted to its own peaks (the task's
+    /// order); empty for one phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<MemoryModel>,
 }
 
 /// The half precision worth measuring on a device: bf16 on CUDA (f32's range, no loss
@@ -351,9 +456,37 @@ pub fn fit(
                 })
             }),
         },
+        phases: phase_models(backend, &measurements, gradient_bytes),
         measurements,
         lengths: None,
     }
+}
+
+/// Each phase's memory model, fitted to the phase's own peaks in `measurements` (none
+/// when they were not measured by phase).
+fn phase_models(
+    backend: BackendKind,
+    measurements: &[StepMeasurement],
+    gradient_bytes: u64,
+) -> Vec<MemoryModel> {
+    let phases = measurements
+        .iter()
+        .map(|m| m.phases.len())
+        .min()
+        .unwrap_or(0);
+    (0..phases)
+        .map(|phase| {
+            // A phase accumulates its own network's gradients, not every network's.
+            let own_gradients = measurements
+                .iter()
+                .filter_map(|m| m.phases.get(phase))
+                .map(|p| p.gradient_bytes)
+                .max()
+                .unwrap_or(gradient_bytes);
+            let own = measurements.iter().filter_map(|m| m.phase(phase)).collect();
+            fit(backend, own, own_gradients).memory
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -182,6 +182,7 @@ pub async fn prepare<T: TrainingTask>(
                 fits,
                 frames: Some(bucket.frames),
                 refused,
+                phases: Vec::new(),
             };
             let m = match measure_at(target, task, bucket.examples, bucket.frames, micro_batches)
                 .await
@@ -240,7 +241,7 @@ fn accept<T: TrainingTask>(
     let at_longest: Vec<StepMeasurement> = measurements
         .iter()
         .filter(|m| m.frames == Some(longest) && m.micro_batches == 1)
-        .copied()
+        .cloned()
         .collect();
     let mut calibration: Calibration =
         calibrate::fit(target.backend, at_longest, model.accumulation_bytes);
@@ -274,6 +275,7 @@ fn accept<T: TrainingTask>(
             most_bytes,
             beside_bytes: beside,
         }),
+        phases: Vec::new(),
     };
     let breakdown = super::breakdown_of(task, &plan, resident, &calibration);
     sink.emit(Event::Plan(super::report(&plan, breakdown, &calibration)));

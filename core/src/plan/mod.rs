@@ -14,8 +14,8 @@ pub mod search;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{
-    Calibration, CalibrationError, StepMeasurement, calibrate, calibration_patches,
-    measure_accumulating_step, measure_step,
+    Calibration, CalibrationError, Cut, StepMeasurement, calibrate, calibration_patches,
+    measure_accumulating_step, measure_cut_step, measure_step,
 };
 pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
 pub use read_ahead::ReadAhead;
@@ -23,7 +23,8 @@ pub use search::{DeviceCap, Fixed, Plan, PlanError, PlanRequest, SpeedModel, sea
 
 use crate::backend::Target;
 use crate::config::Setting;
-use crate::events::{DryRunReport, Event, EventSink, PlanReport};
+use crate::events::planned::PhasePlan;
+use crate::events::{DryRunReport, Event, EventSink, PhaseDryRun, PlanReport};
 use crate::memory::MemoryMeter;
 use crate::model::DefaultBatch;
 use crate::setting::{Described, PlainWords, Wording};
@@ -256,7 +257,7 @@ pub fn from_calibration<T: TrainingTask>(
     share: RunShare,
 ) -> Result<(Plan, Breakdown), PlanningError> {
     let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
-    let plan = search(&calibration.memory, &calibration.speed, &request)?;
+    let plan = search_phases(task, calibration, &request)?;
     let breakdown = breakdown_of(task, &plan, share.resident_bytes, calibration);
     Ok((plan, breakdown))
 }
@@ -303,67 +304,95 @@ pub async fn prepare<T: TrainingTask>(
     let (mut attempt, mut refusals) = (0, 0);
     while attempt < MAX_DRY_RUNS + refusals {
         attempt += 1;
-        let plan = search(&calibration.memory, &calibration.speed, &request)?;
+        let plan = search_phases(task, &calibration, &request)?;
         let patches = plan.patches_per_micro_batch();
-        if calibration
-            .memory
-            .measured_at(patches, plan.precision, plan.checkpointing)
-            && attempt > 1
-        {
+        if measured_at(&calibration, &plan) && attempt > 1 {
             return Ok(accept(task, plan, resident, calibration, sink));
         }
         // The run's step as it will be: a plan that accumulates is checked with two
         // micro-batches, the second holding the first's gradients.
-        let report = |measured_peak_bytes, fits, refused| DryRunReport {
-            attempt,
-            micro_batch: plan.micro_batch,
-            n_patches: plan.n_patches,
-            accumulation: plan.accumulation,
-            checkpointing: plan.checkpointing,
-            precision: plan.precision,
-            predicted_peak_bytes: plan.predicted_peak_bytes,
-            measured_peak_bytes,
-            budget_bytes: planning.budget_bytes,
-            fits,
-            frames: None,
-            refused,
+        let beside = |micro_batch| resident + share.read_ahead.bytes(micro_batch);
+        let report =
+            |measured_peak_bytes, fits, refused, measured: Option<&StepMeasurement>| DryRunReport {
+                attempt,
+                micro_batch: plan.micro_batch,
+                n_patches: plan.n_patches,
+                accumulation: plan.accumulation,
+                checkpointing: plan.checkpointing,
+                precision: plan.precision,
+                predicted_peak_bytes: plan.predicted_peak_bytes,
+                measured_peak_bytes,
+                budget_bytes: planning.budget_bytes,
+                fits,
+                frames: None,
+                refused,
+                phases: plan
+                    .phases
+                    .iter()
+                    .enumerate()
+                    .map(|(index, phase)| PhaseDryRun {
+                        phase: phase.phase.clone(),
+                        micro_batch: phase.micro_batch,
+                        predicted_peak_bytes: phase.predicted_peak_bytes,
+                        measured_peak_bytes: measured
+                            .and_then(|m| m.phases.get(index))
+                            .map_or(0, |m| beside(phase.micro_batch) + m.peak_bytes),
+                    })
+                    .collect(),
+            };
+        let cut = if plan.phases.is_empty() {
+            Cut::even(task, patches, plan.accumulation.min(2))
+        } else {
+            let n = plan.n_patches.max(1);
+            let accumulating: Vec<bool> = plan.phases.iter().map(|p| p.accumulation > 1).collect();
+            Cut::per_phase(
+                plan.phases.iter().map(|p| p.micro_batch * n).collect(),
+                &accumulating,
+                plan.effective_batch,
+            )
         };
-        let measured = match measure_accumulating_step(
-            target,
-            task,
-            patches,
-            plan.accumulation.min(2),
-            plan.precision,
-            plan.checkpointing,
-        )
-        .await
-        {
-            Ok(measured) => measured,
-            Err(CalibrationError::Step(error)) => {
-                let Some(refused) = error.device_refusal() else {
-                    return Err(CalibrationError::Step(error).into());
-                };
-                // The device refused this size whatever the budget: half of it is tried
-                // next, as a recovery would, and no larger micro-batch after.
-                sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
-                last = format!("{}, refused by the device: {refused}", plan.reason);
-                let most_patches = patches / 2;
-                if most_patches < plan.n_patches {
-                    return Err(PlanningError::DryRunsFailed(last));
+        let measured =
+            match measure_cut_step(target, task, &cut, plan.precision, plan.checkpointing).await {
+                Ok(measured) => measured,
+                Err(CalibrationError::Step(error)) => {
+                    let Some(refused) = error.device_refusal() else {
+                        return Err(CalibrationError::Step(error).into());
+                    };
+                    // The device refused this size whatever the budget: half of it is tried
+                    // next, as a recovery would, and no larger micro-batch after.
+                    sink.emit(Event::DryRun(report(0, false, Some(refused.clone()), None)));
+                    last = format!("{}, refused by the device: {refused}", plan.reason);
+                    let most_patches = patches / 2;
+                    if most_patches < plan.n_patches {
+                        return Err(PlanningError::DryRunsFailed(last));
+                    }
+                    request.device_cap = Some(DeviceCap {
+                        refused_patches: patches,
+                        most_patches,
+                    });
+                    refusals += 1;
+                    continue;
                 }
-                request.device_cap = Some(DeviceCap {
-                    refused_patches: patches,
-                    most_patches,
-                });
-                refusals += 1;
-                continue;
-            }
-            Err(other) => return Err(other.into()),
+                Err(other) => return Err(other.into()),
+            };
+        let measured_peak = match plan.phases.as_slice() {
+            [] => beside(plan.micro_batch) + measured.peak_bytes,
+            // Each phase beside its own micro-batch's read-ahead.
+            phases => phases
+                .iter()
+                .zip(&measured.phases)
+                .map(|(phase, m)| beside(phase.micro_batch) + m.peak_bytes)
+                .max()
+                .unwrap_or(0)
+                .max(beside(plan.micro_batch) + measured.peak_bytes),
         };
-        let beside = resident + share.read_ahead.bytes(plan.micro_batch);
-        let measured_peak = beside + measured.peak_bytes;
         let fits = measured_peak <= planning.budget_bytes;
-        sink.emit(Event::DryRun(report(measured_peak, fits, None)));
+        sink.emit(Event::DryRun(report(
+            measured_peak,
+            fits,
+            None,
+            Some(&measured),
+        )));
         learn(&mut calibration, measured);
         if fits {
             fallback = Some(plan.clone());
@@ -377,19 +406,98 @@ pub async fn prepare<T: TrainingTask>(
         }
     }
     // Out of tries: the last plan that fitted, re-predicted from what was measured.
-    let refitted = search(&calibration.memory, &calibration.speed, &request)?;
+    let refitted = search_phases(task, &calibration, &request)?;
     match fallback {
         Some(plan)
-            if calibration.memory.measured_at(
-                refitted.patches_per_micro_batch(),
-                refitted.precision,
-                refitted.checkpointing,
-            ) || refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch() =>
+            if measured_at(&calibration, &refitted)
+                || (refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch()
+                    && refitted
+                        .phases
+                        .iter()
+                        .zip(&plan.phases)
+                        .all(|(now, then)| now.micro_batch <= then.micro_batch)) =>
         {
             Ok(accept(task, refitted, resident, calibration, sink))
         }
         _ => Err(PlanningError::DryRunsFailed(last)),
     }
+}
+
+/// The search for `task`: one split for every phase, then, for a task of several phases
+/// measured by phase, each phase's own split of the same effective batch within the
+/// budget, at the precision, checkpointing and patches of the shared split (which fits
+/// every phase, so no phase's own is smaller). The plan's own split is the phase's of
+/// fewest examples a micro-batch: every phase fits in it, and it is what a run that cuts
+/// every phase alike steps with (the trainer's loop, until it reads each phase's cut). Its
+/// prediction is the largest phase's.
+pub fn search_phases<T: TrainingTask>(
+    task: &T,
+    calibration: &Calibration,
+    request: &PlanRequest,
+) -> Result<Plan, PlanError> {
+    let shared = search(&calibration.memory, &calibration.speed, request)?;
+    let names = task.phases();
+    if calibration.phases.len() != names.len() || names.len() < 2 {
+        return Ok(shared);
+    }
+    let mut pinned = *request;
+    pinned.fixed.precision = Some(shared.precision);
+    pinned.fixed.checkpointing = Some(shared.checkpointing);
+    pinned.fixed.n_patches = Some(shared.n_patches);
+    let mut phases = Vec::with_capacity(names.len());
+    for (name, memory) in names.iter().zip(&calibration.phases) {
+        let own = search(memory, &calibration.speed, &pinned)?;
+        phases.push(PhasePlan {
+            phase: (*name).to_string(),
+            micro_batch: own.micro_batch,
+            accumulation: own.accumulation,
+            predicted_peak_bytes: own.predicted_peak_bytes,
+        });
+    }
+    let words: Vec<String> = phases
+        .iter()
+        .map(|p| format!("{} {} x {}", p.phase, p.micro_batch, p.accumulation))
+        .collect();
+    let smallest = phases
+        .iter()
+        .min_by_key(|p| p.micro_batch)
+        .map_or((shared.micro_batch, shared.accumulation), |p| {
+            (p.micro_batch, p.accumulation)
+        });
+    Ok(Plan {
+        micro_batch: smallest.0,
+        accumulation: smallest.1,
+        predicted_peak_bytes: phases
+            .iter()
+            .map(|p| p.predicted_peak_bytes)
+            .max()
+            .unwrap_or(shared.predicted_peak_bytes),
+        reason: format!(
+            "{}; each phase its own: {}",
+            shared.reason,
+            words.join(", ")
+        ),
+        phases,
+        ..shared
+    })
+}
+
+/// Whether every part of `plan` was measured at its own size: its split, and each phase's.
+fn measured_at(calibration: &Calibration, plan: &Plan) -> bool {
+    let n = plan.n_patches.max(1);
+    if plan.phases.is_empty() {
+        return calibration.memory.measured_at(
+            plan.patches_per_micro_batch(),
+            plan.precision,
+            plan.checkpointing,
+        );
+    }
+    plan.phases
+        .iter()
+        .zip(&calibration.phases)
+        .all(|(phase, memory)| {
+            memory.measured_at(phase.micro_batch * n, plan.precision, plan.checkpointing)
+        })
 }
 
 /// [`prepare`] for a run whose examples have `lengths` (train and validation; none: all one
@@ -438,6 +546,7 @@ pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
         calibration.memory.accumulation_bytes,
     );
     calibration.memory = refitted.memory;
+    calibration.phases = refitted.phases;
 }
 
 #[cfg(test)]

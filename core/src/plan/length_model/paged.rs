@@ -186,6 +186,7 @@ mod tests {
                 micro_batches: 1,
                 frames: Some(t),
                 pages: Some(step),
+                phases: Vec::new(),
             }
         })
         .collect()

@@ -317,6 +317,7 @@ pub fn search(
         predicted_patches_per_s: best.patches_per_s,
         reason,
         lengths: None,
+        phases: Vec::new(),
     })
 }
 
