@@ -15,6 +15,7 @@ use crate::memory::MemoryMeter;
 use crate::precision::Precision;
 use crate::readback;
 use crate::setting::{Described, PlainWords, Setting, Wording};
+use crate::split::Split;
 use crate::step::{StepError, StepSettings, optimizer_step, phased_step};
 use crate::task::TrainingTask;
 
@@ -135,16 +136,10 @@ impl Cut {
         }
     }
 
-    /// Phase `phase`'s micro-batch sizes: whole micro-batches, the last one the remainder.
+    /// Phase `phase`'s micro-batch sizes: whole micro-batches, the last one the remainder
+    /// (a step's split, in examples).
     fn sizes(&self, phase: usize) -> Vec<usize> {
-        let size = self.phase_patches[phase].max(1);
-        let mut left = self.step_examples;
-        let mut sizes = Vec::with_capacity(left.div_ceil(size));
-        while left > 0 {
-            sizes.push(size.min(left));
-            left -= size.min(left);
-        }
-        sizes
+        Split::of_step(self.step_examples, self.phase_patches[phase], 1).micro_batch_sizes()
     }
 }
 
