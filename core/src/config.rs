@@ -92,6 +92,12 @@ pub struct TrainConfig {
     /// longest bucket's and `accumulation` the most micro-batches a step can take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub length_buckets: Option<LengthBuckets>,
+    /// A task of several phases planned phase by phase (a GAN's discriminator and
+    /// generator): each phase's spectrograms per micro-batch of the same step, in the
+    /// task's order, `micro_batch` being the smallest; empty: every phase takes
+    /// `micro_batch`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_micro_batches: Vec<usize>,
     /// burn's balanced gradient checkpointing (seed 001's `--use_gradient_checkpointing`).
     #[serde(default)]
     pub checkpointing: bool,
@@ -139,6 +145,7 @@ impl Default for TrainConfig {
             accumulation: 1,
             step_clips: None,
             length_buckets: None,
+            phase_micro_batches: Vec::new(),
             checkpointing: false,
             precision: Precision::F32,
             length: RunLength::Epochs(16),
@@ -300,9 +307,36 @@ impl TrainConfig {
         self.split().clips_per_step()
     }
 
-    /// Splits the same step into micro-batches of at most `micro_batch` spectrograms.
+    /// Splits the same step into micro-batches of at most `micro_batch` spectrograms, in
+    /// every phase alike.
     pub fn set_micro_batch(&mut self, micro_batch: usize) {
         self.set_split(self.split().with_micro_batch(micro_batch));
+        self.phase_micro_batches.clear();
+    }
+
+    /// How phase `phase` splits each step: its own micro-batch where the run cuts its phases
+    /// apart, the run's split otherwise.
+    pub fn phase_split(&self, phase: usize) -> Split {
+        match self.phase_micro_batches.get(phase) {
+            Some(&micro_batch) => self.split().with_micro_batch(micro_batch),
+            None => self.split(),
+        }
+    }
+
+    /// Cuts each phase's micro-batches its own way (`micro_batches`: spectrograms, one per
+    /// phase in the task's order); the run's own split becomes the smallest, which fits
+    /// every phase. Fewer than two: every phase alike.
+    pub fn set_phase_micro_batches(&mut self, micro_batches: &[usize]) {
+        match micro_batches.iter().min() {
+            Some(&smallest) if micro_batches.len() > 1 => {
+                self.set_split(self.split().with_micro_batch(smallest));
+                self.phase_micro_batches = micro_batches
+                    .iter()
+                    .map(|&mb| self.split().with_micro_batch(mb).micro_batch)
+                    .collect();
+            }
+            _ => self.phase_micro_batches.clear(),
+        }
     }
 
     pub fn steps_per_epoch(&self, train_clips: usize) -> u64 {
@@ -325,7 +359,13 @@ impl TrainConfig {
             (Setting::Stride, self.stride),
             (Setting::Accumulation, self.accumulation),
             (Setting::ScoringStride, self.eval_stride),
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            self.phase_micro_batches
+                .iter()
+                .map(|&mb| (Setting::MicroBatch, mb)),
+        ) {
             if value == 0 {
                 return Err(ConfigError::Zero(setting));
             }
@@ -407,5 +447,28 @@ mod tests {
             broken.validate(),
             Err(ConfigError::UnevenSplit { expected: 2, .. })
         ));
+    }
+
+    #[test]
+    fn each_phase_cuts_the_same_step_its_own_way() {
+        let mut config = TrainConfig {
+            micro_batch: 32,
+            n_patches: 1,
+            accumulation: 1,
+            ..TrainConfig::default()
+        };
+        config.set_phase_micro_batches(&[32, 12]);
+        assert_eq!(config.split().micro_batch_sizes(), vec![12, 12, 8]);
+        assert_eq!(config.phase_split(0).micro_batch_sizes(), vec![32]);
+        assert_eq!(config.phase_split(1).micro_batch_sizes(), vec![12, 12, 8]);
+        assert_eq!(config.effective_batch(), 32);
+        config.validate().unwrap();
+        // A phase's micro-batch larger than the step is the whole step.
+        config.set_phase_micro_batches(&[64, 16]);
+        assert_eq!(config.phase_micro_batches, vec![32, 16]);
+        // A count given for every phase replaces the phases' own.
+        config.set_micro_batch(8);
+        assert!(config.phase_micro_batches.is_empty());
+        assert_eq!(config.phase_split(1).micro_batch_sizes(), vec![8; 4]);
     }
 }

@@ -234,8 +234,13 @@ pub fn describe_dry_run(d: &DryRunReport) -> String {
 }
 
 fn describe_recovery(r: &RecoveryReport) -> String {
+    let phase = r
+        .phase
+        .as_ref()
+        .map(|p| format!("the {p} phase's "))
+        .unwrap_or_default();
     format!(
-        "Out of memory at step {} ({}): micro-batch {} -> {}, accumulation {} -> {}, effective batch {} kept; redoing the step",
+        "Out of memory at step {} ({}): {phase}micro-batch {} -> {}, accumulation {} -> {}, effective batch {} kept; redoing the step",
         r.step,
         r.error,
         r.from_micro_batch,

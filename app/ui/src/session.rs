@@ -212,8 +212,13 @@ impl Session {
             Event::Recovery(r) => {
                 self.recoveries
                     .push((r.step, r.from_micro_batch, r.to_micro_batch));
+                let phase = r
+                    .phase
+                    .as_ref()
+                    .map(|p| format!("{p}'s "))
+                    .unwrap_or_default();
                 self.log.push(format!(
-                    "out of memory at step {}: micro-batch {} -> {}, step redone",
+                    "out of memory at step {}: {phase}micro-batch {} -> {}, step redone",
                     r.step, r.from_micro_batch, r.to_micro_batch
                 ));
             }
@@ -368,6 +373,10 @@ mod tests {
                     phase: phase.into(),
                     loss,
                     grad_norm: 1.0,
+                    micro_batch: 4,
+                    accumulation: 2,
+                    peak_bytes: 1 << 20,
+                    predicted_peak_bytes: None,
                 })
                 .to_vec();
             session.apply(&Event::Step(report));
@@ -413,6 +422,7 @@ mod tests {
             to_accumulation: 2,
             effective_batch: 32,
             in_a_row: 1,
+            phase: None,
         }));
         assert_eq!(session.recoveries, vec![(3, 8, 4)]);
         assert!(session.log.last().unwrap().contains("micro-batch 8 -> 4"));

@@ -123,6 +123,10 @@ pub struct RecoveryReport {
     pub effective_batch: usize,
     /// Recoveries in a row, this one included.
     pub in_a_row: u32,
+    /// A task of several phases: the phase that ran out, whose micro-batch alone shrank
+    /// (`from_`/`to_` are its own); `None`: every phase's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,12 +201,25 @@ pub struct StepReport {
     pub predicted_peak_bytes: Option<u64>,
 }
 
-/// One phase of a step: the network it trained, its loss and gradient norm.
+/// One phase of a step: the network it trained, its loss and gradient norm, how it cut the
+/// step, and the most memory it held beside what its plan predicted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     pub phase: String,
     pub loss: f64,
     pub grad_norm: f64,
+    /// The phase's largest micro-batch (spectrograms, as a step's `micro_batch`), and its
+    /// micro-batches in the step.
+    #[serde(default)]
+    pub micro_batch: usize,
+    #[serde(default)]
+    pub accumulation: usize,
+    /// The phase's own peak, measured apart from the step's other phases.
+    #[serde(default)]
+    pub peak_bytes: u64,
+    /// The plan's prediction for this phase while the run keeps the plan's split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_peak_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

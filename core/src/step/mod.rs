@@ -35,6 +35,14 @@ pub enum StepError {
          micro-batches; train with accumulation 1, or let the planner choose"
     )]
     Coupled,
+    /// A step of several phases failed in one of them (`index` in the task's order): what
+    /// recovery shrinks is that phase's micro-batch.
+    #[error("in the {phase} phase: {error}")]
+    InPhase {
+        phase: &'static str,
+        index: usize,
+        error: Box<StepError>,
+    },
 }
 
 /// On the web, a failed allocation surfaces on the next read: the device's words decide,
@@ -46,9 +54,26 @@ impl From<ReadbackError> for StepError {
 }
 
 impl StepError {
+    /// The error itself, whichever phase it came from.
+    pub fn cause(&self) -> &StepError {
+        match self {
+            StepError::InPhase { error, .. } => error.cause(),
+            other => other,
+        }
+    }
+
+    /// The phase (its index in the task's order) of a step of several phases that failed.
+    pub fn phase(&self) -> Option<usize> {
+        match self {
+            StepError::InPhase { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+
     /// Whether a smaller micro-batch could help.
     pub fn is_out_of_memory(&self) -> bool {
-        match self {
+        match self.cause() {
+            StepError::InPhase { .. } => false,
             StepError::OverBudget(_) => true,
             StepError::Incomplete { .. } | StepError::Coupled => false,
             StepError::Device(reason) => {
@@ -63,7 +88,7 @@ impl StepError {
     /// than its largest buffer), what it said, in one line: cubecl's report is a chain of
     /// skipped kernels around the one line that names the allocation.
     pub fn device_refusal(&self) -> Option<String> {
-        let StepError::Device(reason) = self else {
+        let StepError::Device(reason) = self.cause() else {
             return None;
         };
         if !self.is_out_of_memory() {
@@ -264,7 +289,11 @@ pub async fn phased_step<T: TrainingTask>(
         let window = meter.open_window();
         let stepped = phase_step(task, networks, phase, &mut trial, batches, settings, meter).await;
         let peak_bytes = meter.close_window(window);
-        let (next, figures) = stepped?;
+        let (next, figures) = stepped.map_err(|error| StepError::InPhase {
+            phase: task.phases()[phase],
+            index: phase,
+            error: Box::new(error),
+        })?;
         networks = next;
         outcome.phases.push(PhaseOutcome {
             peak_bytes,

@@ -301,15 +301,17 @@ fn each_phase_cuts_the_step_its_own_way_and_steps_the_same() {
         settings(8, None),
         &mut meter,
     ));
+    let failed = short.expect_err("a short phase is refused");
+    assert_eq!(failed.phase(), Some(1), "{failed}");
     assert!(
         matches!(
-            short,
-            Err(StepError::Incomplete {
+            failed.cause(),
+            StepError::Incomplete {
                 seen: 6,
                 expected: 8
-            })
+            }
         ),
-        "{short:?}"
+        "{failed:?}"
     );
     let step_with = |mut optimizer: ModuleOptimizer, meter: &mut MemoryMeter| {
         let (stepped, _) = block_on(optimizer_step(

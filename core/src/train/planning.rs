@@ -118,6 +118,8 @@ pub(super) async fn prepare_run<T: RunTask>(
             })?;
     let plan = &prepared.plan;
     config.set_split(plan.split());
+    let phases: Vec<usize> = plan.phases.iter().map(|p| p.micro_batch).collect();
+    config.set_phase_micro_batches(&phases);
     config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());
     config.checkpointing = plan.checkpointing;
     config.precision = plan.precision;

@@ -58,7 +58,24 @@ impl<T: RunTask> TaskTrainer<T> {
     ) -> Result<(), TrainError> {
         self.meter.cleanup();
         let c = &self.config;
-        let (mb, n, acc) = (c.micro_batch, c.n_patches, c.accumulation);
+        let n = c.n_patches;
+        // A task of several phases cut apart shrinks only the phase that ran out; the
+        // others keep their micro-batches (a shared cut becomes each phase's own first).
+        let phase = error
+            .phase()
+            .filter(|_| c.length_buckets.is_none())
+            .filter(|&p| p < self.task.phases().len());
+        let mut phase_mbs = match phase {
+            Some(_) if c.phase_micro_batches.is_empty() => {
+                vec![c.micro_batch; self.task.phases().len()]
+            }
+            Some(_) => c.phase_micro_batches.clone(),
+            None => Vec::new(),
+        };
+        let (mb, acc) = match phase {
+            Some(p) => (phase_mbs[p], c.phase_split(p).accumulation),
+            None => (c.micro_batch, c.accumulation),
+        };
         let mut halved_buckets = None;
         let next = if in_a_row > MAX_RECOVERIES_IN_A_ROW {
             None
@@ -67,7 +84,7 @@ impl<T: RunTask> TaskTrainer<T> {
             halved_buckets = buckets.halved();
             halved_buckets.as_ref().map(|b| b.longest_cap())
         } else {
-            self.recovery_micro_batch(&error, mb).await?
+            self.recovery_micro_batch(&error, mb, phase).await?
         };
         let Some(to_mb) = next else {
             let saved = match self.checkpoint(sink) {
@@ -84,11 +101,21 @@ impl<T: RunTask> TaskTrainer<T> {
             });
         };
         tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
-        self.config.set_micro_batch(to_mb);
+        match phase {
+            Some(p) => {
+                phase_mbs[p] = to_mb;
+                self.config.set_phase_micro_batches(&phase_mbs);
+            }
+            None => self.config.set_micro_batch(to_mb),
+        }
         if halved_buckets.is_some() {
             self.config.length_buckets = halved_buckets;
         }
         self.data.stream(&self.config, &self.options.loader);
+        let to_accumulation = match phase {
+            Some(p) => self.config.phase_split(p).accumulation,
+            None => self.config.accumulation,
+        };
         sink.emit(Event::Recovery(RecoveryReport {
             step: self.step + 1,
             error: error.to_string(),
@@ -96,22 +123,25 @@ impl<T: RunTask> TaskTrainer<T> {
             to_micro_batch: to_mb,
             n_patches: n,
             from_accumulation: acc,
-            to_accumulation: self.config.accumulation,
+            to_accumulation,
             effective_batch: self.config.effective_batch(),
             in_a_row,
+            phase: phase.map(|p| self.task.phases()[p].to_string()),
         }));
         Ok(())
     }
 
     /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
-    /// steps (the run's own kind of step, calibrated now when the run was not planned) and
-    /// the peak this step reached, or half when the device failed without a reading.
+    /// steps (the run's own kind of step, calibrated now when the run was not planned; the
+    /// phase's own where `phase` ran out) and the peak this step reached, or half when the
+    /// device failed without a reading.
     pub(super) async fn recovery_micro_batch(
         &mut self,
         error: &step::StepError,
         micro_batch: usize,
+        phase: Option<usize>,
     ) -> Result<Option<usize>, TrainError> {
-        let step::StepError::OverBudget(over) = error else {
+        let step::StepError::OverBudget(over) = error.cause() else {
             return Ok(halve(micro_batch));
         };
         if self.calibration.is_none() {
@@ -135,8 +165,11 @@ impl<T: RunTask> TaskTrainer<T> {
             &self.config,
             self.data.read_ahead(&self.config, &self.options.loader),
         );
+        let memory = phase
+            .and_then(|p| calibration.phases.get(p))
+            .unwrap_or(&calibration.memory);
         Ok(refit_micro_batch(
-            &calibration.memory,
+            memory,
             read_ahead,
             &self.config,
             micro_batch,

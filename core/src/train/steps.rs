@@ -111,9 +111,19 @@ impl<T: RunTask> TaskTrainer<T> {
         // By length: the step's examples, sorted by the stream, packed by their lengths.
         // Examples of every length report their padding either way.
         let lengths = self.data.lengths_at(first, c.clips_per_step());
-        let sizes = match &c.length_buckets {
-            Some(buckets) => buckets.pack(&lengths),
-            None => c.split().micro_batch_sizes(),
+        // Each phase's micro-batch sizes: by length, or the run's split, every phase alike;
+        // or each phase its own of the same step.
+        let cuts: Vec<Vec<usize>> = match &c.length_buckets {
+            Some(buckets) => vec![buckets.pack(&lengths)],
+            None if c.phase_micro_batches.is_empty() => vec![c.split().micro_batch_sizes()],
+            None => (0..self.task.phases().len())
+                .map(|phase| c.phase_split(phase).micro_batch_sizes())
+                .collect(),
+        };
+        // What the step reports: its one cut, or the run's own split where phases cut apart.
+        let sizes = match cuts.as_slice() {
+            [one] => one.clone(),
+            _ => c.split().micro_batch_sizes(),
         };
         let padding = (!lengths.is_empty()).then(|| crate::lengths::padding(&lengths, &sizes));
         let predicted_peak_bytes = self.predicted_peak(&lengths, &sizes);
@@ -123,18 +133,21 @@ impl<T: RunTask> TaskTrainer<T> {
         let mut read_error = None;
         let data = &mut self.data;
         let device = &self.device;
-        let micro_batches = sizes.iter().scan(first, |position, &count| {
-            match data.micro_batch(*position, count, device) {
-                Ok(batch) => {
-                    *position += count as u64;
-                    Some(batch)
+        let mut read = |sizes: &[usize]| -> Vec<T::Batch> {
+            let mut batches = Vec::with_capacity(sizes.len());
+            let mut position = first;
+            for &count in sizes {
+                match data.micro_batch(position, count, device) {
+                    Ok(batch) => batches.push(batch),
+                    Err(error) => {
+                        read_error = Some(error);
+                        break;
+                    }
                 }
-                Err(error) => {
-                    read_error = Some(error);
-                    None
-                }
+                position += count as u64;
             }
-        });
+            batches
+        };
         self.meter.reset_peak();
         let settings = step::StepSettings {
             step_examples: c.effective_batch(),
@@ -144,15 +157,43 @@ impl<T: RunTask> TaskTrainer<T> {
             precision: c.precision,
         };
         let networks = self.networks.clone();
-        let stepped = step::optimizer_step(
-            &self.task,
-            networks,
-            &mut self.optimizer,
-            micro_batches,
-            settings,
-            &mut self.meter,
-        )
-        .await;
+        let stepped = match cuts.as_slice() {
+            [sizes] => {
+                let micro_batches = read(sizes);
+                step::optimizer_step(
+                    &self.task,
+                    networks,
+                    &mut self.optimizer,
+                    micro_batches,
+                    settings,
+                    &mut self.meter,
+                )
+                .await
+            }
+            // Each phase reads the step's examples in its own cut; a phase cut as the one
+            // before it takes that one's micro-batches.
+            cuts => {
+                let mut last: Option<(usize, Vec<T::Batch>)> = None;
+                step::phased_step(
+                    &self.task,
+                    networks,
+                    &mut self.optimizer,
+                    |phase| {
+                        if let Some((before, batches)) = &last
+                            && cuts[*before] == cuts[phase]
+                        {
+                            return batches.clone();
+                        }
+                        let batches = read(&cuts[phase]);
+                        last = Some((phase, batches.clone()));
+                        batches
+                    },
+                    settings,
+                    &mut self.meter,
+                )
+                .await
+            }
+        };
         if let Some(error) = read_error {
             return Err(error);
         }
@@ -163,19 +204,7 @@ impl<T: RunTask> TaskTrainer<T> {
                 loss: phase.loss,
             });
         }
-        // One phase: its figures are the step's; several: each is reported beside them.
-        let phases = match self.task.phases() {
-            [_] => Vec::new(),
-            names => names
-                .iter()
-                .zip(&outcome.phases)
-                .map(|(name, phase)| PhaseReport {
-                    phase: (*name).to_string(),
-                    loss: phase.loss,
-                    grad_norm: phase.grad_norm,
-                })
-                .collect(),
-        };
+        let phases = self.phase_reports(&outcome, &cuts);
         let outcome = outcome.first();
         self.networks = networks;
         self.step += 1;
@@ -201,6 +230,44 @@ impl<T: RunTask> TaskTrainer<T> {
             padding,
             predicted_peak_bytes,
         })
+    }
+
+    /// One phase: its figures are the step's; several: each is reported beside them, with
+    /// its cut (`cuts`: each phase's micro-batch sizes, or one for all) and its prediction
+    /// while the run keeps the plan's.
+    fn phase_reports(&self, outcome: &step::StepOutcome, cuts: &[Vec<usize>]) -> Vec<PhaseReport> {
+        let names = self.task.phases();
+        if names.len() < 2 {
+            return Vec::new();
+        }
+        let planned = self
+            .plan
+            .as_ref()
+            .filter(|plan| plan.phases.len() == names.len())
+            .filter(|_| self.config.length_buckets.is_none());
+        names
+            .iter()
+            .zip(&outcome.phases)
+            .enumerate()
+            .map(|(index, (name, phase))| {
+                let sizes = cuts.get(index).unwrap_or(&cuts[0]);
+                let micro_batch = sizes.iter().copied().max().unwrap_or(0);
+                let predicted_peak_bytes = planned.and_then(|plan| {
+                    let own = &plan.phases[index];
+                    (self.config.phase_split(index).micro_batch == own.micro_batch)
+                        .then_some(own.predicted_peak_bytes)
+                });
+                PhaseReport {
+                    phase: (*name).to_string(),
+                    loss: phase.loss,
+                    grad_norm: phase.grad_norm,
+                    micro_batch,
+                    accumulation: sizes.len(),
+                    peak_bytes: phase.peak_bytes,
+                    predicted_peak_bytes,
+                }
+            })
+            .collect()
     }
 
     /// What the plan predicts a step of micro-batches of `sizes` reaches: by length, the
