@@ -12,6 +12,7 @@ pub mod config;
 pub mod data;
 pub mod eval;
 pub mod events;
+pub mod gan;
 pub mod lengths;
 pub mod memory;
 pub mod metrics;

@@ -11,6 +11,7 @@ mod by_name;
 mod trainer;
 
 use crate::config::TrainConfig;
+use crate::gan::GanConfig;
 use crate::model::{
     DcaseAeConfig, IdClassifierConfig, ModelError, ModelInfo, ModelSpec, NamedConfig,
     VqAutoencoderConfig,
@@ -55,6 +56,7 @@ built_in_tasks![
     DcaseAeConfig,
     IdClassifierConfig,
     AsrConfig,
+    GanConfig,
 ];
 
 /// Runs `action` with the built-in task `spec` names, its saved configuration read.

@@ -344,7 +344,7 @@ async fn phase_step<T: TrainingTask>(
         None => global_norm(&networks, &grads).await,
     }?;
     let gradient_bytes = gradient_bytes(&networks, &grads);
-    let networks = optimizer.step(lr, networks, grads);
+    let networks = optimizer.step(task.learning_rate(phase, lr), networks, grads);
     // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
     // guarded: the plan's fixed cost already holds it.
     let peak_bytes = meter.sample().peak_bytes;

@@ -119,6 +119,12 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
         GradientsParams::from_grads(grads, networks)
     }
 
+    /// The learning rate phase `phase` steps its network with, given the step's: by default
+    /// the step's (a GAN's generator may learn slower than its discriminator).
+    fn learning_rate(&self, _phase: usize, lr: f64) -> f64 {
+        lr
+    }
+
     /// Trainable values in all the networks, as PyTorch counts them: an accumulating step
     /// holds a sum of gradients this large.
     fn parameters(&self) -> u64;

@@ -28,18 +28,7 @@ impl<C: ModelConfig> RunTask for C {
         config: &TrainConfig,
         loader: &LoaderOptions,
     ) -> Result<(Self, PatchData), TrainError> {
-        let run = data::open(config, loader)?;
-        let data = PatchData {
-            run,
-            spec: config.patch_spec(self.input()),
-            eval_stride: config.eval_stride,
-            seed: config.seed,
-            normalization: Normalization {
-                mean: 0.0,
-                std: 1.0,
-            },
-            stream: None,
-        };
+        let data = PatchData::open(config, loader, self.input())?;
         Ok((self, data))
     }
 
@@ -178,9 +167,39 @@ pub struct PatchData {
 }
 
 impl PatchData {
+    /// The run's dataset indexed for patches of `shape`, reading nothing yet: what every
+    /// task that learns from patches of the DCASE splits (or the built-in set) opens.
+    pub fn open(
+        config: &TrainConfig,
+        loader: &LoaderOptions,
+        shape: PatchShape,
+    ) -> Result<Self, TrainError> {
+        Ok(PatchData {
+            run: data::open(config, loader)?,
+            spec: config.patch_spec(shape),
+            eval_stride: config.eval_stride,
+            seed: config.seed,
+            normalization: Normalization {
+                mean: 0.0,
+                std: 1.0,
+            },
+            stream: None,
+        })
+    }
+
+    /// The clips by split, their classes and machines.
+    pub fn run(&self) -> &RunData {
+        &self.run
+    }
+
+    /// The patch the run's examples have.
+    pub fn shape(&self) -> PatchShape {
+        self.spec.shape
+    }
+
     /// Every patch of clip `clip` at the run's stride, with its class: how validation and the
     /// warm-up's end see a clip.
-    fn patches_of(&self, clip: usize) -> Result<PatchBatch, TrainError> {
+    pub fn patches_of(&self, clip: usize) -> Result<PatchBatch, TrainError> {
         let spectrogram = self.run.store.read(clip)?;
         let class = self.run.classes.get(clip).copied().unwrap_or(0);
         Ok(clip_patches(
