@@ -279,21 +279,24 @@ impl CheckpointFiles {
         dir: &Path,
         device: &Device,
     ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
-        self.decode_task(dir, device, |config: &C| config.init(device))
+        self.decode_task(dir, device, |config: &C| {
+            (config.init(device), new_optimizer())
+        })
     }
 
     /// Loads the checkpoint as the networks of task `T`, which `fresh` makes from the saved
-    /// configuration, onto `device` (an autodiff device to continue training); a checkpoint
-    /// of another task is refused with both names. `dir` is what errors name.
+    /// configuration with the optimizer its state loads into, onto `device` (an autodiff
+    /// device to continue training); a checkpoint of another task is refused with both
+    /// names. `dir` is what errors name.
     pub fn decode_task<T: NamedConfig, N: Module>(
         self,
         dir: &Path,
         device: &Device,
-        fresh: impl FnOnce(&T) -> N,
+        fresh: impl FnOnce(&T) -> (N, ModuleOptimizer),
     ) -> Result<LoadedCheckpoint<N>, CheckpointError> {
         let state = self.state(dir)?;
         let config: T = state.config.model.config()?;
-        let mut model = fresh(&config);
+        let (mut model, optimizer) = fresh(&config);
         let mut store = SafetensorsStore::from_bytes(Some(self.model));
         model
             .load_from(&mut store)
@@ -302,7 +305,7 @@ impl CheckpointFiles {
             .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
         // On the parameters' device: burn's `from_bytes` would use `Device::default()`, which
         // is WebGPU in the page's build even for a run on the CPU (vendor/burn-optim).
-        let optimizer = new_optimizer()
+        let optimizer = optimizer
             .from_bytes_on(
                 Bytes::from_bytes_vec(self.optimizer),
                 &device.clone().inner(),

@@ -21,7 +21,7 @@ mod run_task;
 #[cfg(test)]
 mod tests;
 
-use burn::optim::GradientsParams;
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Distribution, Gradients, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
@@ -138,7 +138,7 @@ impl Default for GanConfig {
                     machine_id: id,
                 })
                 .collect(),
-            generator_lr_share: 0.25,
+            generator_lr_share: 1.0,
         }
     }
 }
@@ -219,6 +219,31 @@ impl TrainingTask for GanConfig {
         }
     }
 
+    /// Every part of a micro-batch is one row per example: joined and cut again.
+    fn recut(&self, batches: &[GanBatch], examples: &[usize]) -> Option<Vec<GanBatch>> {
+        let join4 =
+            |part: fn(&GanBatch) -> Tensor<4>| Tensor::cat(batches.iter().map(part).collect(), 0);
+        let join2 =
+            |part: fn(&GanBatch) -> Tensor<2>| Tensor::cat(batches.iter().map(part).collect(), 0);
+        let real = join4(|b| b.real.clone());
+        let classes = Tensor::cat(batches.iter().map(|b| b.classes.clone()).collect(), 0);
+        let d_noise = join2(|b| b.discriminator_noise.clone());
+        let g_noise = join2(|b| b.generator_noise.clone());
+        let mut start = 0;
+        let mut cut = Vec::with_capacity(examples.len());
+        for &n in examples {
+            let rows = start..start + n;
+            cut.push(GanBatch {
+                real: real.clone().narrow(0, start, n),
+                classes: classes.clone().slice([rows]),
+                discriminator_noise: d_noise.clone().narrow(0, start, n),
+                generator_noise: g_noise.clone().narrow(0, start, n),
+            });
+            start += n;
+        }
+        Some(cut)
+    }
+
     fn phase_gradients(
         &self,
         networks: &GanNetworks,
@@ -230,6 +255,17 @@ impl TrainingTask for GanConfig {
         } else {
             GradientsParams::from_module(&mut grads, &networks.generator)
         }
+    }
+
+    /// Adam with beta_1 0.5 and no weight decay, as DCGAN and SNGAN train: momentum of
+    /// 0.9 lets one network overshoot the other's moves.
+    fn optimizer(&self) -> ModuleOptimizer {
+        AdamWConfig::new()
+            .with_beta_1(0.5)
+            .with_beta_2(0.999)
+            .with_epsilon(1e-8)
+            .with_weight_decay(0.0)
+            .init()
     }
 
     fn learning_rate(&self, phase: usize, lr: f64) -> f64 {

@@ -109,7 +109,10 @@ impl Upsample {
 
 /// Groups of at most 8 channels' normalisation: 8 where the channels divide by it.
 fn groups(channels: usize) -> usize {
-    (1..=8).rev().find(|g| channels % g == 0).unwrap_or(1)
+    (1..=8)
+        .rev()
+        .find(|&g| channels.is_multiple_of(g))
+        .unwrap_or(1)
 }
 
 #[derive(Module, Debug)]

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use super::memory::{HalfCost, LinearCost, MeasuredCost, MemoryModel};
 use super::search::SpeedModel;
 use crate::backend::{BackendError, BackendKind, Target};
-use crate::checkpoint::new_optimizer;
 pub use crate::events::planned::StepMeasurement;
 use crate::events::planned::{PagedStep, PhaseMeasurement};
 use crate::memory::MemoryMeter;
@@ -163,7 +162,7 @@ pub async fn measure_cut_step<T: TrainingTask>(
     let measurement = {
         device.seed(7);
         let mut net = task.networks(&device);
-        let mut optimizer = new_optimizer();
+        let mut optimizer = task.optimizer();
         let settings = StepSettings {
             step_examples: cut.step_examples,
             lr: 1e-4,
@@ -238,7 +237,7 @@ pub async fn measure_cut_step<T: TrainingTask>(
                 meter.cleanup();
                 device.seed(7);
                 net = task.networks(&device);
-                optimizer = new_optimizer();
+                optimizer = task.optimizer();
                 continue;
             }
             if round == 1 {

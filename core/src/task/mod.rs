@@ -18,7 +18,7 @@ mod patches;
 mod tests;
 
 use burn::module::Module;
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Gradients};
 
 use crate::backend::BackendKind;
@@ -89,6 +89,14 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
     /// measures steps with.
     fn measuring_batch(&self, examples: usize, device: &Device) -> Self::Batch;
 
+    /// The same examples as `batches`, in micro-batches of `examples` each, or `None` where
+    /// the task cannot cut its batches again (the loop then reads the examples again). A
+    /// step whose phases cut it differently is read once and cut again for each phase, so
+    /// that the data stream is read in order, once.
+    fn recut(&self, _batches: &[Self::Batch], _examples: &[usize]) -> Option<Vec<Self::Batch>> {
+        None
+    }
+
     /// For examples of every length (utterances): the task whose measuring batches hold
     /// examples `frames` long, so that the planner measures steps at several lengths and
     /// plans micro-batches by length (`crate::plan::lengths`). `None` (the default): every
@@ -117,6 +125,12 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
         grads: Gradients,
     ) -> GradientsParams {
         GradientsParams::from_grads(grads, networks)
+    }
+
+    /// The optimizer of a fresh run, which a resumed run loads its saved state into: by
+    /// default AdamW as the model card gives it ([`crate::checkpoint::new_optimizer`]).
+    fn optimizer(&self) -> ModuleOptimizer {
+        crate::checkpoint::new_optimizer()
     }
 
     /// The learning rate phase `phase` steps its network with, given the step's: by default

@@ -62,7 +62,9 @@ pub async fn evaluate_saved<T: RunTask>(
     loader: LoaderOptions,
 ) -> Result<Evaluation, TrainError> {
     let device = config.target().training_device(false)?;
-    let loaded = files.decode_task(dir, &device, |task: &T| task.networks(&device))?;
+    let loaded = files.decode_task(dir, &device, |task: &T| {
+        (task.networks(&device), task.optimizer())
+    })?;
     let task: T = config.model.config()?;
     let (task, mut data) = task.open(&config, &loader)?;
     data.keep_normalization(loaded.state.normalization);

@@ -144,7 +144,11 @@ impl<T: RunTask> TaskTrainer<T> {
         let step::StepError::OverBudget(over) = error.cause() else {
             return Ok(halve(micro_batch));
         };
+        // What calibrating leaves allocated (flex keeps some of it) is held beside every
+        // later step: the failed peak is moved up by it.
+        let mut grown = 0;
         if self.calibration.is_none() {
+            let before = self.meter.sample().allocated_bytes;
             let calibration = crate::plan::calibrate::calibrate_only(
                 self.config.target(),
                 &self.task,
@@ -157,6 +161,7 @@ impl<T: RunTask> TaskTrainer<T> {
             // Calibrating filled the run's device pool; the redone step is measured against
             // the budget from what the pool holds, so those pages go back first.
             self.meter.cleanup();
+            grown = self.meter.sample().allocated_bytes.saturating_sub(before);
         }
         let Some(calibration) = &self.calibration else {
             return Ok(halve(micro_batch));
@@ -173,7 +178,7 @@ impl<T: RunTask> TaskTrainer<T> {
             read_ahead,
             &self.config,
             micro_batch,
-            over.peak_bytes,
+            over.peak_bytes + grown,
             over.budget_bytes,
         )
         .or_else(|| halve(micro_batch)))

@@ -170,23 +170,35 @@ impl<T: RunTask> TaskTrainer<T> {
                 )
                 .await
             }
-            // Each phase reads the step's examples in its own cut; a phase cut as the one
-            // before it takes that one's micro-batches.
+            // The step's examples are read once, in the first phase's cut; each later phase
+            // cuts them its own way, or reads them again where the task cannot.
             cuts => {
-                let mut last: Option<(usize, Vec<T::Batch>)> = None;
+                let task = &self.task;
+                let n_patches = c.n_patches;
+                let mut first: Option<Vec<T::Batch>> = None;
                 step::phased_step(
-                    &self.task,
+                    task,
                     networks,
                     &mut self.optimizer,
                     |phase| {
-                        if let Some((before, batches)) = &last
-                            && cuts[*before] == cuts[phase]
-                        {
-                            return batches.clone();
+                        let Some(read_once) = &first else {
+                            let batches = read(&cuts[phase]);
+                            first = Some(batches.clone());
+                            return batches;
+                        };
+                        if cuts[phase] == cuts[0] {
+                            return read_once.clone();
                         }
-                        let batches = read(&cuts[phase]);
-                        last = Some((phase, batches.clone()));
-                        batches
+                        let examples: Vec<usize> =
+                            cuts[phase].iter().map(|&n| n * n_patches).collect();
+                        // A read that failed part-way leaves the phase short: it is refused
+                        // (Incomplete) and the read's error reported, as in the first phase.
+                        let held: usize = read_once.iter().map(|b| task.examples_in(b)).sum();
+                        if held != examples.iter().sum::<usize>() {
+                            return read_once.clone();
+                        }
+                        task.recut(read_once, &examples)
+                            .unwrap_or_else(|| read(&cuts[phase]))
                     },
                     settings,
                     &mut self.meter,

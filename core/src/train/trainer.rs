@@ -62,7 +62,7 @@ impl<T: RunTask> TaskTrainer<T> {
         let start = Start {
             device,
             networks,
-            optimizer: checkpoint::new_optimizer(),
+            optimizer: task.optimizer(),
             step: 0,
             normalization: None,
         };
@@ -109,7 +109,9 @@ impl<T: RunTask> TaskTrainer<T> {
         // A resumed run may be planned again (another device, another budget).
         let planned = replan_resumed(&mut config, &task, &data, &options).await?;
         let device = config.target().training_device(config.checkpointing)?;
-        let loaded = files.decode_task(name, &device, |task: &T| task.networks(&device))?;
+        let loaded = files.decode_task(name, &device, |task: &T| {
+            (task.networks(&device), task.optimizer())
+        })?;
         let start = Start {
             device,
             networks: loaded.model,
