@@ -102,10 +102,17 @@ impl ProgressRenderer {
                 } else {
                     "patches"
                 };
-                self.progress.set_message(format!(
-                    "loss {:.4} | {:.1} {unit}/s",
-                    s.loss, s.patches_per_s
-                ));
+                // A task of several phases: each phase's loss by name.
+                let loss = match s.phases.as_slice() {
+                    [] => format!("loss {:.4}", s.loss),
+                    phases => phases
+                        .iter()
+                        .map(|p| format!("{} {:.4}", p.phase, p.loss))
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                };
+                self.progress
+                    .set_message(format!("{loss} | {:.1} {unit}/s", s.patches_per_s));
                 if let Some(padding) = s.padding {
                     self.padding.get_or_insert_default().add(padding);
                 }
@@ -141,6 +148,11 @@ impl ProgressRenderer {
             }
             Event::Checkpoint { step, path } => {
                 self.say(format!("checkpoint at step {step}: {path}"))
+            }
+            Event::Picture(p) => {
+                if let Some(path) = &p.path {
+                    self.say(format!("picture at step {}: {path} ({})", p.step, p.about));
+                }
             }
             Event::MemoryCleanup { .. } => {}
             Event::Evaluation(report) => self.say(describe_evaluation(report)),

@@ -3,7 +3,9 @@
 
 use web_time::Instant;
 
-use headroom_core::events::{DatasetReport, EvaluationReport, Event, PlanReport, Results, RunInfo};
+use headroom_core::events::{
+    DatasetReport, EvaluationReport, Event, PictureReport, PlanReport, Results, RunInfo,
+};
 use headroom_core::lengths::Padding;
 
 /// One memory reading of a step, for the bars and their history.
@@ -49,6 +51,8 @@ pub struct Session {
     /// A task's own figures, when it is not the patch task.
     pub results: Option<Results>,
     pub checkpoints: Vec<String>,
+    /// The newest picture the run drew of what its networks make.
+    pub picture: Option<PictureReport>,
     /// Frames the steps computed with and without padding, summed: examples of every
     /// length (utterances) only.
     pub padding: Option<Padding>,
@@ -80,6 +84,7 @@ impl Default for Session {
             evaluation: None,
             results: None,
             checkpoints: Vec::new(),
+            picture: None,
             padding: None,
             log: Vec::new(),
             error: None,
@@ -268,6 +273,16 @@ impl Session {
             Event::Checkpoint { step, path } => {
                 self.checkpoints.push(path.clone());
                 self.log.push(format!("checkpoint at step {step}: {path}"));
+            }
+            Event::Picture(report) => {
+                let written = report
+                    .path
+                    .as_ref()
+                    .map(|path| format!(", written to {path}"))
+                    .unwrap_or_default();
+                self.log
+                    .push(format!("picture at step {}{written}", report.step));
+                self.picture = Some(report.clone());
             }
             Event::MemoryCleanup { .. } => {}
             Event::Evaluation(report) => {

@@ -1,6 +1,7 @@
 //! Typed progress events: the engine reports, front-ends render. Serialised with an
 //! `event` tag, one JSON object per event; the field names are a stable interface.
 
+pub mod picture;
 pub mod planned;
 pub mod results;
 
@@ -8,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::lengths::Padding;
 use crate::memory::MemorySource;
+pub use picture::{Picture, PictureReport};
 use planned::{Breakdown, Plan, StepMeasurement};
 pub use results::{Results, ResultsRow};
 
@@ -48,6 +50,8 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none", default)]
         mem_peak_bytes: Option<u64>,
     },
+    /// What the networks make now, drawn at a validation (a GAN's generated patches).
+    Picture(PictureReport),
     /// A checkpoint was written (atomically).
     Checkpoint { step: u64, path: String },
     /// The device was asked to return cached memory.

@@ -5,13 +5,13 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use headroom_datasets::Label;
 
-use super::GanConfig;
 use super::data::{GanData, noise_of};
 use super::networks::{GanNetworks, Generator};
 use super::quality::{self, ClassQuality};
+use super::{GanConfig, grid};
 use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
-use crate::events::{Results, ResultsRow};
+use crate::events::{Picture, Results, ResultsRow};
 use crate::readback::{self, LocalFuture};
 use crate::train::{EvalBatches, Evaluation, PatchData, RunTask, TrainError};
 
@@ -58,6 +58,62 @@ impl RunTask for GanConfig {
             let clips = &data.patches.run().validation;
             let classes = self.judge(networks, data, clips, device, batches).await?;
             Ok(quality::mean_frechet(&classes).unwrap_or(f64::NAN))
+        })
+    }
+
+    /// A row per machine: a validation patch of it, then patches generated from the same
+    /// held-out noise at every validation.
+    fn picture<'a>(
+        &'a self,
+        networks: &'a GanNetworks,
+        data: &'a GanData,
+        device: &'a Device,
+    ) -> LocalFuture<'a, Result<Option<(Picture, String)>, TrainError>> {
+        Box::pin(async move {
+            let (mels, frames) = (self.shape.mels, self.shape.frames);
+            let size = mels * frames;
+            let classes = self.classes();
+            let run = data.patches.run();
+            // The first validation (or train) patch of each class.
+            let mut real: Vec<Option<Vec<f32>>> = vec![None; classes];
+            for &clip in run.validation.iter().chain(&run.train) {
+                let class = run.classes.get(clip).copied().unwrap_or(0) as usize;
+                if class < classes && real[class].is_none() {
+                    let patches = data.patches.patches_of(clip)?;
+                    real[class] = patches.values.get(..size).map(<[f32]>::to_vec);
+                }
+                if real.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+            let labels: Vec<usize> = (0..classes)
+                .flat_map(|c| std::iter::repeat_n(c, grid::SAMPLES))
+                .collect();
+            let generator = networks.generator.valid();
+            let made = self.generate(&generator, &labels, 0, device);
+            let made = readback::floats(made).await?;
+            let rows: Vec<Vec<Option<&[f32]>>> = (0..classes)
+                .map(|c| {
+                    std::iter::once(real[c].as_deref())
+                        .chain(
+                            made.chunks(size)
+                                .skip(c * grid::SAMPLES)
+                                .take(grid::SAMPLES)
+                                .map(Some),
+                        )
+                        .collect()
+                })
+                .collect();
+            let about = format!(
+                "a row per machine ({}): a real log-mel patch, then {} generated",
+                self.machines
+                    .iter()
+                    .map(|m| format!("{} id {:02}", m.machine_type, m.machine_id))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                grid::SAMPLES
+            );
+            Ok(Some((grid::draw(&rows, mels, frames), about)))
         })
     }
 

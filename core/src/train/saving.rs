@@ -2,7 +2,7 @@
 //! page offers as downloads).
 
 use crate::checkpoint::{self, CheckpointFiles, CheckpointState, RngState};
-use crate::events::{Event, EventSink};
+use crate::events::{Event, EventSink, PictureReport};
 
 use super::run_task::{RunTask, TaskData};
 use super::{TaskTrainer, TrainError};
@@ -22,6 +22,50 @@ impl<T: RunTask> TaskTrainer<T> {
             step: self.step,
             path: path.display().to_string(),
         });
+        Ok(())
+    }
+
+    /// Draws what the networks make now, when the task draws anything, and writes it as
+    /// `samples/step-NNNNNNNN.png` in the run's folder. A picture that cannot be written is
+    /// a warning: the run goes on, and the event carries the picture without a path.
+    pub(super) async fn draw_picture(
+        &mut self,
+        sink: &mut dyn EventSink,
+    ) -> Result<(), TrainError> {
+        let plain = self.device.clone().without_autodiff();
+        let Some((picture, about)) = self
+            .task
+            .picture(&self.networks, &self.data, &plain)
+            .await?
+        else {
+            return Ok(());
+        };
+        let path = self.options.out_dir.as_ref().and_then(|out| {
+            let path = out
+                .join("samples")
+                .join(format!("step-{:08}.png", self.step));
+            let written = picture
+                .png()
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    std::fs::create_dir_all(out.join("samples"))
+                        .and_then(|()| std::fs::write(&path, bytes))
+                        .map_err(|e| e.to_string())
+                });
+            match written {
+                Ok(()) => Some(path.display().to_string()),
+                Err(reason) => {
+                    tracing::warn!(path = %path.display(), %reason, "the picture could not be written");
+                    None
+                }
+            }
+        });
+        sink.emit(Event::Picture(PictureReport {
+            step: self.step,
+            about,
+            path,
+            picture,
+        }));
         Ok(())
     }
 

@@ -63,6 +63,7 @@ impl<T: RunTask> TaskTrainer<T> {
             let last = step == self.total_steps;
             if every(step, self.config.validate_every) && !last {
                 sink.emit(self.validation_event().await?);
+                self.draw_picture(sink).await?;
             }
             if every(step, self.config.checkpoint_every) && !last {
                 self.checkpoint(sink)?;
@@ -70,6 +71,7 @@ impl<T: RunTask> TaskTrainer<T> {
         }
         if self.data.validation_examples() > 0 {
             sink.emit(self.validation_event().await?);
+            self.draw_picture(sink).await?;
         }
         self.checkpoint(sink)?;
         sink.emit(Event::Finished {

@@ -96,6 +96,8 @@ pub struct HeadroomApp {
     confirm_close: bool,
     close_after_stop: bool,
     status: String,
+    /// The run's newest picture of what its networks make (a GAN's generated patches).
+    picture: headroom_ui::picture_view::PictureView,
     /// [`Self::plan`] as of this frame.
     frame_plan: Option<Result<(Plan, Breakdown), String>>,
 }
@@ -147,6 +149,7 @@ impl HeadroomApp {
                 available: 0,
             },
             confirm_close: false,
+            picture: Default::default(),
             close_after_stop: false,
             frame_plan: None,
             status: "Probing the machine...".into(),

@@ -5,6 +5,10 @@ use super::*;
 
 impl HeadroomApp {
     pub(super) fn results_panel(&mut self, ui: &mut egui::Ui) {
+        if let Some(report) = &self.session.picture {
+            ui.heading("Generated");
+            self.picture.show(ui, report, ui.available_width());
+        }
         ui.heading("Results");
         let csv = if let Some(report) = &self.session.evaluation {
             headroom_ui::results_table::show(ui, report);

@@ -60,6 +60,8 @@ pub struct PageUi {
     scores: bool,
     files: Vec<String>,
     note: Option<String>,
+    /// The run's newest picture of what its networks make (a GAN's generated patches).
+    picture: headroom_ui::picture_view::PictureView,
 }
 
 const BUILT_IN: &str = "the built-in dataset";
@@ -84,6 +86,7 @@ impl PageUi {
             scores: PageSettings::parse(query).is_ok_and(|s| s.eval),
             files: Vec::new(),
             note: None,
+            picture: Default::default(),
         }
     }
 

@@ -45,6 +45,10 @@ impl PageUi {
         }
         self.memory(ui);
         self.loss_curve(ui);
+        if let Some(report) = &self.session.picture {
+            self.picture
+                .show(ui, report, ui.available_width().min(640.0));
+        }
         if let Some(report) = &self.session.evaluation {
             ui.label(format!("Anomaly scores of {} test clips", report.clips));
             results_table::show(ui, report);

@@ -12,7 +12,7 @@ use burn::tensor::Device;
 
 use crate::config::TrainConfig;
 use crate::data::{LoaderOptions, Normalization};
-use crate::events::DatasetReport;
+use crate::events::{DatasetReport, Picture};
 use crate::lengths::LengthBuckets;
 use crate::model::{DefaultBatch, ModelInfo, NamedConfig};
 use crate::plan::ReadAhead;
@@ -67,6 +67,18 @@ pub trait RunTask: TrainingTask + NamedConfig + Sync {
         device: &'a Device,
         batches: &'a EvalBatches,
     ) -> LocalFuture<'a, Result<f64, TrainError>>;
+
+    /// What the networks make now, as a picture with words on what it shows (a GAN's
+    /// generated patches per class), drawn at every validation; `None` (the default) draws
+    /// nothing.
+    fn picture<'a>(
+        &'a self,
+        _networks: &'a Self::Networks,
+        _data: &'a Self::Data,
+        _device: &'a Device,
+    ) -> LocalFuture<'a, Result<Option<(Picture, String)>, TrainError>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// What the run is measured by on its test split, without autodiff (`device`), in
     /// `batches`; `skipped` lists files already left out.
