@@ -135,21 +135,6 @@ impl<T: RunTask> TaskTrainer<T> {
         let mut read_error = None;
         let data = &mut self.data;
         let device = &self.device;
-        let mut read = |sizes: &[usize]| -> Vec<T::Batch> {
-            let mut batches = Vec::with_capacity(sizes.len());
-            let mut position = first;
-            for &count in sizes {
-                match data.micro_batch(position, count, device) {
-                    Ok(batch) => batches.push(batch),
-                    Err(error) => {
-                        read_error = Some(error);
-                        break;
-                    }
-                }
-                position += count as u64;
-            }
-            batches
-        };
         self.meter.reset_peak();
         let settings = step::StepSettings {
             step_examples: c.effective_batch(),
@@ -161,7 +146,19 @@ impl<T: RunTask> TaskTrainer<T> {
         let networks = self.networks.clone();
         let stepped = match cuts.as_slice() {
             [sizes] => {
-                let micro_batches = read(sizes);
+                // Read as the step consumes them: one micro-batch's input at a time.
+                let micro_batches = sizes.iter().scan(first, |position, &count| {
+                    match data.micro_batch(*position, count, device) {
+                        Ok(batch) => {
+                            *position += count as u64;
+                            Some(batch)
+                        }
+                        Err(error) => {
+                            read_error = Some(error);
+                            None
+                        }
+                    }
+                });
                 step::optimizer_step(
                     &self.task,
                     networks,
@@ -172,9 +169,25 @@ impl<T: RunTask> TaskTrainer<T> {
                 )
                 .await
             }
-            // The step's examples are read once, in the first phase's cut; each later phase
+            // The step's examples are read once, in the first phase's cut, and held until
+            // the last phase (as `optimizer_step` holds a shared cut's); each later phase
             // cuts them its own way, or reads them again where the task cannot.
             cuts => {
+                let mut read = |sizes: &[usize]| -> Vec<T::Batch> {
+                    let mut batches = Vec::with_capacity(sizes.len());
+                    let mut position = first;
+                    for &count in sizes {
+                        match data.micro_batch(position, count, device) {
+                            Ok(batch) => batches.push(batch),
+                            Err(error) => {
+                                read_error = Some(error);
+                                break;
+                            }
+                        }
+                        position += count as u64;
+                    }
+                    batches
+                };
                 let task = &self.task;
                 let n_patches = c.n_patches;
                 let mut first: Option<Vec<T::Batch>> = None;
