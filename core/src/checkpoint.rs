@@ -279,15 +279,12 @@ impl CheckpointFiles {
         dir: &Path,
         device: &Device,
     ) -> Result<LoadedCheckpoint<C::Model>, CheckpointError> {
-        self.decode_task(dir, device, |config: &C| {
-            (config.init(device), new_optimizer())
-        })
+        self.decode_task(dir, device, |c: &C| (c.init(device), new_optimizer()))
     }
 
-    /// Loads the checkpoint as the networks of task `T`, which `fresh` makes from the saved
-    /// configuration with the optimizer its state loads into, onto `device` (an autodiff
-    /// device to continue training); a checkpoint of another task is refused with both
-    /// names. `dir` is what errors name.
+    /// Loads the checkpoint as the networks of task `T` and their optimizer, which `fresh`
+    /// makes from the saved configuration, onto `device` (autodiff to continue training); a
+    /// checkpoint of another task is refused with both names. `dir` is what errors name.
     pub fn decode_task<T: NamedConfig, N: Module>(
         self,
         dir: &Path,

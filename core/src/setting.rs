@@ -46,6 +46,8 @@ pub enum Setting {
     SpeechTrain,
     /// The speech recogniser's preset size.
     AsrSize,
+    /// The GAN's preset size.
+    GanSize,
     /// One machine type of the dataset's folder.
     MachineType,
     /// The mel bands of the recordings' features.
@@ -92,6 +94,7 @@ impl Setting {
             Setting::DataRoot => "the data root",
             Setting::SpeechTrain => "the speech recordings",
             Setting::AsrSize => "the recogniser's size",
+            Setting::GanSize => "the GAN's size",
             Setting::MachineType => "the machine type",
             Setting::NMels => "the mel bands",
             Setting::Steps => "the steps",

@@ -41,6 +41,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::DataRoot => "--data-root",
         Setting::SpeechTrain => "--speech-train",
         Setting::AsrSize => "--asr-size",
+        Setting::GanSize => "--gan-size",
         Setting::MachineType => "--machine-type",
         Setting::NMels => "--n-mels",
         Setting::Steps => "--steps",

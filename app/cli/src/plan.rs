@@ -287,6 +287,20 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
     );
     for row in &rows {
         let (plan, predicted) = match &row.plan {
+            // A task of several phases: each phase's own cut of the effective batch.
+            Ok(p) if !p.phases.is_empty() => (
+                p.phases
+                    .iter()
+                    .map(|phase| {
+                        format!(
+                            "{} {} x {}",
+                            phase.phase, phase.micro_batch, phase.accumulation
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                gib(p.predicted_peak_bytes),
+            ),
             Ok(p) => (p.split_words(), gib(p.predicted_peak_bytes)),
             Err(e) => (format!("does not fit: {e}"), String::new()),
         };

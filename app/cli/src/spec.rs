@@ -65,6 +65,7 @@ impl TrainArgs {
         Ok(RunSpec {
             model: self.model.clone(),
             asr_size: self.asr_size.map(Into::into),
+            gan_size: self.gan_size.map(Into::into),
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: SplitSpec {
                 stride: self.stride,
@@ -95,6 +96,7 @@ impl PlanArgs {
             split: split(&self.split),
             memory: memory(&self.memory)?,
             asr_size: self.asr_size.map(Into::into),
+            gan_size: self.gan_size.map(Into::into),
             ..RunSpec::default()
         })
     }

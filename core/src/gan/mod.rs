@@ -117,6 +117,34 @@ impl GanShape {
     }
 }
 
+/// The GAN's presets by name: `small` the CPU default on 64 x 64 patches; `seed` seed
+/// 000's whole spectrograms, 128 mel bands x 1,292 frames (30 s at 22,050 Hz, hop 512),
+/// with DCGAN's 100 noise values and 64-wide networks; `seed-96` the same with the 96 mel
+/// bands the seed falls back to on an 8 GiB GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GanSize {
+    Small,
+    Seed,
+    Seed96,
+}
+
+impl GanSize {
+    pub fn shape(self) -> GanShape {
+        let seed = |mels| GanShape {
+            mels,
+            frames: 1292,
+            latent: 100,
+            width: 64,
+        };
+        match self {
+            GanSize::Small => GanShape::SMALL,
+            GanSize::Seed => seed(128),
+            GanSize::Seed96 => seed(96),
+        }
+    }
+}
+
 /// A GAN run: its networks' sizes, the classes it generates (the train split's machines,
 /// saved with every checkpoint), and the generator's learning rate beside the step's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,10 +333,19 @@ impl BuiltIn for GanConfig {
         }
     }
 
+    /// Patches of the CPU default: 16 spectrograms x 4 patches. Whole spectrograms (a
+    /// patch as long as the seed's): one each, 24 a step, the seed's batch on a 16 GiB GPU.
     fn default_batch(&self) -> DefaultBatch {
-        DefaultBatch {
-            spectrograms: 16,
-            patches: 4,
+        if self.shape.frames > GanShape::SMALL.frames {
+            DefaultBatch {
+                spectrograms: 24,
+                patches: 1,
+            }
+        } else {
+            DefaultBatch {
+                spectrograms: 16,
+                patches: 4,
+            }
         }
     }
 

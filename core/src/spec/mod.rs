@@ -16,6 +16,7 @@ use crate::Target;
 use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
 use crate::config::{DatasetSource, RunLength, TrainConfig};
+use crate::gan::{GanConfig, GanSize};
 use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig};
 use crate::plan::{Fixed, Planning, RequestError};
 use crate::precision::Precision;
@@ -25,6 +26,7 @@ use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
 
 /// The speech recogniser's name: the model its recordings and size settings are for.
 const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
+const GAN: &str = <GanConfig as crate::model::NamedConfig>::NAME;
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -48,6 +50,8 @@ pub struct RunSpec {
     pub empty_cache_every: Option<u64>,
     /// The speech recogniser's preset size.
     pub asr_size: Option<AsrSize>,
+    /// The GAN's preset size.
+    pub gan_size: Option<GanSize>,
 }
 
 impl Default for RunSpec {
@@ -66,6 +70,7 @@ impl Default for RunSpec {
             validate_every: None,
             empty_cache_every: None,
             asr_size: None,
+            gan_size: None,
         }
     }
 }
@@ -166,6 +171,11 @@ pub enum SpecError {
         setting: Setting,
         model: String,
     },
+    /// A setting of the GAN's (its size) for another model.
+    ForGan {
+        setting: Setting,
+        model: String,
+    },
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
     SpeechWith(Setting),
     Model(ModelError),
@@ -203,6 +213,12 @@ impl Described for SpecError {
                 "{} is for {}; {} does not take it",
                 words.setting(*setting),
                 words.given(Setting::Model, RECOGNISER),
+                words.given(Setting::Model, model)
+            ),
+            SpecError::ForGan { setting, model } => format!(
+                "{} is for {}; {} does not take it",
+                words.setting(*setting),
+                words.given(Setting::Model, GAN),
                 words.given(Setting::Model, model)
             ),
             SpecError::SpeechWith(setting) => format!(
@@ -301,6 +317,7 @@ impl RunSpec {
         // First, so that the settings below override the model's split and strides.
         if let Some(name) = &self.model {
             crate::registry::configure(&mut c, name)?;
+            self.gan_into(&mut c)?;
             let mels = c.dataset.mels();
             if let Some(asked) = self.data.n_mels
                 && asked != mels
@@ -311,6 +328,10 @@ impl RunSpec {
                     mels,
                 });
             }
+        }
+        if self.model.is_none() {
+            // The default model takes no GAN size: said as for any other model.
+            self.gan_into(&mut c)?;
         }
         self.recogniser_into(&mut c)?;
         let split = &self.split;
@@ -330,6 +351,26 @@ impl RunSpec {
         given(&mut c.validate_every, self.validate_every);
         given(&mut c.empty_cache_every, self.empty_cache_every);
         Ok(c)
+    }
+
+    /// Gives `c`'s GAN the size asked for, with that size's batch, features and strides
+    /// (`BuiltIn::configure`); only the GAN takes it.
+    fn gan_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
+        let Some(size) = self.gan_size else {
+            return Ok(());
+        };
+        if self.model_name() != GAN {
+            return Err(SpecError::ForGan {
+                setting: Setting::GanSize,
+                model: self.model_name().to_string(),
+            });
+        }
+        let task = GanConfig {
+            shape: size.shape(),
+            ..c.model.config()?
+        };
+        crate::train::BuiltIn::configure(&task, c);
+        Ok(())
     }
 
     /// Gives `c`'s recogniser the recordings and size asked for: only the speech model takes

@@ -144,6 +144,39 @@ fn recordings_take_the_models_mel_bands_and_refuse_others() {
 }
 
 #[test]
+fn a_gan_size_sizes_the_gan_and_its_features_and_no_other_model() {
+    let spec = RunSpec {
+        model: Some("spec-gan".into()),
+        gan_size: Some(GanSize::Seed96),
+        ..RunSpec::default()
+    };
+    let config = spec.train_config(flex()).unwrap();
+    let gan: GanConfig = config.model.config().unwrap();
+    assert_eq!((gan.shape.mels, gan.shape.frames), (96, 1292));
+    assert_eq!(config.dataset.mels(), 96);
+    // Whole spectrograms: one patch each, the seed's 24 a step.
+    assert_eq!((config.micro_batch, config.n_patches), (24, 1));
+    for model in [None, Some("asr-transformer".to_string())] {
+        let other = RunSpec {
+            model,
+            gan_size: Some(GanSize::Seed),
+            ..RunSpec::default()
+        };
+        assert!(
+            matches!(
+                other.train_config(flex()),
+                Err(SpecError::ForGan {
+                    setting: Setting::GanSize,
+                    ..
+                })
+            ),
+            "{:?}",
+            other.model
+        );
+    }
+}
+
+#[test]
 fn without_the_planner_there_is_no_request_and_no_effective_batch() {
     let mut spec = RunSpec {
         planner: false,

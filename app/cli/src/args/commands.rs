@@ -82,6 +82,10 @@ pub struct PlanArgs {
     /// The speech recogniser's size (with --model asr-transformer) [default: tiny].
     #[arg(long, value_enum)]
     pub asr_size: Option<super::train::AsrSizeArg>,
+    /// The GAN's size (with --model spec-gan): seed for seed 000's 128 x 1,292
+    /// spectrograms, seed-96 for its 96-band fallback [default: small].
+    #[arg(long, value_enum)]
+    pub gan_size: Option<super::train::GanSizeArg>,
     #[command(flatten)]
     pub memory: MemoryArgs,
     #[command(flatten)]

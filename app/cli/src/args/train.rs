@@ -38,6 +38,11 @@ pub struct TrainArgs {
     /// d_model 256 with 12 encoder and 6 decoder layers [default: tiny].
     #[arg(long, value_enum)]
     pub asr_size: Option<AsrSizeArg>,
+    /// The GAN's size (with --model spec-gan): seed is seed 000's whole spectrograms, 128
+    /// mel bands x 1,292 frames, seed-96 its 96-band fallback [default: small, 64 x 64
+    /// patches].
+    #[arg(long, value_enum)]
+    pub gan_size: Option<GanSizeArg>,
     /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
@@ -171,6 +176,26 @@ impl From<AsrSizeArg> for headroom_core::speech::AsrSize {
             AsrSizeArg::Small => AsrSize::Small,
             AsrSizeArg::Medium => AsrSize::Medium,
             AsrSizeArg::Large => AsrSize::Large,
+        }
+    }
+}
+
+/// The GAN's presets, as `--gan-size` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GanSizeArg {
+    Small,
+    Seed,
+    #[value(name = "seed-96")]
+    Seed96,
+}
+
+impl From<GanSizeArg> for headroom_core::gan::GanSize {
+    fn from(size: GanSizeArg) -> Self {
+        use headroom_core::gan::GanSize;
+        match size {
+            GanSizeArg::Small => GanSize::Small,
+            GanSizeArg::Seed => GanSize::Seed,
+            GanSizeArg::Seed96 => GanSize::Seed96,
         }
     }
 }
