@@ -19,7 +19,7 @@ pub use calibrate::{
 };
 pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
 pub use read_ahead::ReadAhead;
-pub use search::{DeviceCap, Fixed, Plan, PlanError, PlanRequest, SpeedModel, search};
+pub use search::{DeviceCap, Fixed, PhasePins, Plan, PlanError, PlanRequest, SpeedModel, search};
 
 use crate::backend::Target;
 use crate::config::Setting;
@@ -445,7 +445,11 @@ pub fn search_phases<T: TrainingTask>(
     pinned.fixed.checkpointing = Some(shared.checkpointing);
     pinned.fixed.n_patches = Some(shared.n_patches);
     let mut phases = Vec::with_capacity(names.len());
-    for (name, memory) in names.iter().zip(&calibration.phases) {
+    for (index, (name, memory)) in names.iter().zip(&calibration.phases).enumerate() {
+        let mut pinned = pinned;
+        if let Some(mb) = request.fixed.phase_micro_batches.get(index) {
+            pinned.fixed.micro_batch = Some(mb);
+        }
         let own = search(memory, &calibration.speed, &pinned)?;
         phases.push(PhasePlan {
             phase: (*name).to_string(),

@@ -456,6 +456,7 @@ impl RunSpec {
             accumulation: self.split.accumulation,
             checkpointing: self.memory.checkpointing,
             precision: self.memory.precision,
+            ..Fixed::default()
         };
         Ok(Planning::new(
             budget_bytes,

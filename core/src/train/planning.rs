@@ -5,7 +5,7 @@ use crate::config::TrainConfig;
 use crate::data::{LoaderOptions, OnBadFile};
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
-use crate::plan::{PlanError, Planning, PlanningError, Prepared, RunShare};
+use crate::plan::{PhasePins, PlanError, Planning, PlanningError, Prepared, RunShare};
 
 use super::run_task::{RunTask, TaskData};
 use super::{RunOptions, TrainError, counted};
@@ -165,6 +165,10 @@ pub(super) async fn replan_resumed<T: RunTask>(
         .fixed
         .micro_batch
         .or((config.length_buckets.is_none()).then_some(config.micro_batch));
+    // A run whose phases were cut apart tries each phase's own cut again.
+    if asked.fixed.micro_batch.is_none() {
+        saved.fixed.phase_micro_batches = PhasePins::of(&config.phase_micro_batches);
+    }
     saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
     saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
     let with = |planning| RunOptions {

@@ -66,6 +66,7 @@ impl Pins {
                 .pinned
                 .then_some(self.checkpointing.value),
             precision: self.precision.pinned.then_some(self.precision.value),
+            ..Fixed::default()
         }
     }
 }

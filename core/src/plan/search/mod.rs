@@ -65,6 +65,40 @@ pub struct Fixed {
     pub checkpointing: Option<bool>,
     #[serde(default)]
     pub precision: Option<Precision>,
+    /// A task of several phases: each phase's micro-batch, in the task's order (a resumed
+    /// run keeps the cuts it was planned with); the phase search takes these instead of
+    /// searching.
+    #[serde(default, skip_serializing_if = "PhasePins::is_empty")]
+    pub phase_micro_batches: PhasePins,
+}
+
+/// Each phase's micro-batch, for the first [`PhasePins::PHASES`] phases (0: free). A fixed
+/// array, so that a request stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PhasePins([usize; PhasePins::PHASES]);
+
+impl PhasePins {
+    /// Phases a request can pin: a GAN has two.
+    pub const PHASES: usize = 4;
+
+    /// The pins of `micro_batches`, one per phase; none when there are fewer than two, or
+    /// more phases than a request can pin.
+    pub fn of(micro_batches: &[usize]) -> Self {
+        let mut pins = [0; Self::PHASES];
+        if (2..=Self::PHASES).contains(&micro_batches.len()) {
+            pins[..micro_batches.len()].copy_from_slice(micro_batches);
+        }
+        Self(pins)
+    }
+
+    /// Phase `phase`'s pinned micro-batch.
+    pub fn get(&self, phase: usize) -> Option<usize> {
+        self.0.get(phase).copied().filter(|&mb| mb > 0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&mb| mb == 0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

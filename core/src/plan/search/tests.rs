@@ -173,7 +173,7 @@ fn every_fixed_choice_is_kept() {
         n_patches: Some(8),
         accumulation: None,
         checkpointing: Some(true),
-        precision: None,
+        ..Fixed::default()
     };
     let plan = search(&memory(), &speed(), &r).unwrap();
     assert_eq!(
@@ -285,4 +285,17 @@ fn a_micro_batch_the_device_refused_caps_the_plan() {
         "{}",
         plan.reason
     );
+}
+
+#[test]
+fn phase_pins_hold_each_phases_micro_batch_for_two_to_four_phases() {
+    let pins = PhasePins::of(&[16, 7]);
+    assert_eq!(
+        (pins.get(0), pins.get(1), pins.get(2)),
+        (Some(16), Some(7), None)
+    );
+    assert!(!pins.is_empty());
+    // One phase has nothing to pin apart; more than a request holds pins none.
+    assert!(PhasePins::of(&[16]).is_empty());
+    assert!(PhasePins::of(&[1, 2, 3, 4, 5]).is_empty());
 }
