@@ -45,8 +45,8 @@ pub struct GanShape {
     pub frames: usize,
     /// Noise values per generated patch.
     pub latent: usize,
-    /// The discriminator's first channels (doubling to 8x), and a quarter of the
-    /// generator's first.
+    /// The discriminator's first channels (doubling to 8x), and an eighth of the
+    /// generator's first (halving back to 1x).
     pub width: usize,
 }
 
