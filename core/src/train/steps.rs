@@ -147,18 +147,7 @@ impl<T: RunTask> TaskTrainer<T> {
         let stepped = match cuts.as_slice() {
             [sizes] => {
                 // Read as the step consumes them: one micro-batch's input at a time.
-                let micro_batches = sizes.iter().scan(first, |position, &count| {
-                    match data.micro_batch(*position, count, device) {
-                        Ok(batch) => {
-                            *position += count as u64;
-                            Some(batch)
-                        }
-                        Err(error) => {
-                            read_error = Some(error);
-                            None
-                        }
-                    }
-                });
+                let micro_batches = read_micro_batches(data, device, first, sizes, &mut read_error);
                 step::optimizer_step(
                     &self.task,
                     networks,
@@ -174,19 +163,7 @@ impl<T: RunTask> TaskTrainer<T> {
             // cuts them its own way, or reads them again where the task cannot.
             cuts => {
                 let mut read = |sizes: &[usize]| -> Vec<T::Batch> {
-                    let mut batches = Vec::with_capacity(sizes.len());
-                    let mut position = first;
-                    for &count in sizes {
-                        match data.micro_batch(position, count, device) {
-                            Ok(batch) => batches.push(batch),
-                            Err(error) => {
-                                read_error = Some(error);
-                                break;
-                            }
-                        }
-                        position += count as u64;
-                    }
-                    batches
+                    read_micro_batches(data, device, first, sizes, &mut read_error).collect()
                 };
                 let task = &self.task;
                 let n_patches = c.n_patches;
@@ -331,4 +308,27 @@ impl<T: RunTask> TaskTrainer<T> {
             .await?;
         Ok(())
     }
+}
+
+/// The micro-batches of `sizes` examples from stream position `first` on, read as they are
+/// taken; the first that fails to read ends them, its error left in `read_error`.
+fn read_micro_batches<'a, D: TaskData>(
+    data: &'a mut D,
+    device: &'a burn::tensor::Device,
+    first: u64,
+    sizes: &'a [usize],
+    read_error: &'a mut Option<TrainError>,
+) -> impl Iterator<Item = D::Batch> + 'a {
+    sizes.iter().scan(first, move |position, &count| {
+        match data.micro_batch(*position, count, device) {
+            Ok(batch) => {
+                *position += count as u64;
+                Some(batch)
+            }
+            Err(error) => {
+                *read_error = Some(error);
+                None
+            }
+        }
+    })
 }
