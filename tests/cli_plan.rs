@@ -121,6 +121,7 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let names: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     for wanted in [
         "RTX 3070 Laptop",
+        "RTX 3060",
         "T4",
         "RTX 3090",
         "A100 40",

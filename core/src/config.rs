@@ -46,6 +46,21 @@ impl DatasetSource {
         self
     }
 
+    /// The built-in clips made long enough to hold `frames` frames (a GAN patch as long as
+    /// seed 000's whole 30 s spectrogram); recordings stay as they are.
+    pub fn with_frames_at_least(mut self, frames: usize) -> Self {
+        if let DatasetSource::Synthetic(s) = &mut self {
+            // librosa's centred frames: 1 + samples / hop.
+            let hop = headroom_datasets::logmel::LogMelConfig::default().hop;
+            let samples = frames.saturating_sub(1) * hop;
+            let seconds = (samples as f64 / f64::from(s.sample_rate) * 10.0).ceil() / 10.0;
+            if f64::from(s.seconds) < seconds {
+                s.seconds = seconds as f32;
+            }
+        }
+        self
+    }
+
     /// How events and logs name the source.
     pub fn describe(&self) -> String {
         match self {

@@ -45,6 +45,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
 
 /// `plan` for one model.
 fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
+    let model = args.spec()?.sized(model)?;
     let resolved = args.backend.resolve_for(T::NAME);
     if let Some(reason) = &resolved.reason
         && !args.json

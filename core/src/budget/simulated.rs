@@ -21,6 +21,11 @@ pub const DEVICES: &[SimulatedDevice] = &[
         memory_bytes: 8 * GIB,
     },
     SimulatedDevice {
+        name: "rtx3060",
+        label: "RTX 3060 (12 GiB)",
+        memory_bytes: 12 * GIB,
+    },
+    SimulatedDevice {
         name: "t4",
         label: "Tesla T4 (16 GiB)",
         memory_bytes: 16 * GIB,

@@ -356,7 +356,11 @@ impl BuiltIn for GanConfig {
         config.accumulation = 1;
         config.step_clips = None;
         config.phase_micro_batches.clear();
-        config.dataset = config.dataset.clone().with_mels(self.shape.mels);
+        config.dataset = config
+            .dataset
+            .clone()
+            .with_mels(self.shape.mels)
+            .with_frames_at_least(self.shape.frames);
         config.stride = (self.shape.frames / 2).max(1);
         config.eval_stride = self.shape.frames;
         // DCGAN's and SNGAN's rate; a GAN trains for steps rather than epochs, and its

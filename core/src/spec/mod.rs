@@ -353,6 +353,18 @@ impl RunSpec {
         Ok(c)
     }
 
+    /// `model` at the sizes the spec asks for (`--gan-size`), as a run of it would train it:
+    /// what a plan made without a run (a what-if, a plan without a dry-run) is for.
+    pub fn sized<T: crate::train::BuiltIn>(&self, model: T) -> Result<T, SpecError> {
+        if self.gan_size.is_none() {
+            return Ok(model);
+        }
+        let mut c = TrainConfig::default();
+        model.configure(&mut c);
+        self.gan_into(&mut c)?;
+        Ok(c.model.config()?)
+    }
+
     /// Gives `c`'s GAN the size asked for, with that size's batch, features and strides
     /// (`BuiltIn::configure`); only the GAN takes it.
     fn gan_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {

@@ -318,7 +318,7 @@ pub struct MemoryArgs {
         conflicts_with = "simulate_device"
     )]
     pub memory_budget: Option<String>,
-    /// Plan for this GPU's memory (rtx3070-laptop, t4, rtx3090, a100-40gb, a100-80gb, h100),
+    /// Plan for this GPU's memory (rtx3070-laptop, rtx3060, t4, rtx3090, a100-40gb, a100-80gb, h100),
     /// and enforce it as the budget.
     #[arg(long, alias = "simulate_device")]
     pub simulate_device: Option<String>,
