@@ -148,14 +148,23 @@ fn calibrate_for_large_plans<T: BuiltIn>(target: Target, model: &T) -> Result<Ca
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     let [_, large] = plan::calibration_patches(model, target.backend);
     for precision in std::iter::once(Precision::F32).chain(half) {
-        let step = block_on(plan::measure_step(
-            target,
-            model,
-            4 * large,
-            precision,
-            false,
-        ))?;
-        plan::learn(&mut calibration, step);
+        // The device's largest buffer may refuse four times the larger step (seed 000's GAN,
+        // 64 whole spectrograms, on NVIDIA's Vulkan driver): halved until it runs, or left
+        // out, the calibration standing without it.
+        let mut patches = 4 * large;
+        while patches > large {
+            match block_on(plan::measure_step(target, model, patches, precision, false)) {
+                Ok(step) => {
+                    plan::learn(&mut calibration, step);
+                    break;
+                }
+                Err(plan::CalibrationError::Step(error)) if error.device_refusal().is_some() => {
+                    tracing::info!(patches, "the device refused a large calibration step");
+                    patches /= 2;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
     Ok(calibration)
 }
