@@ -61,9 +61,12 @@ impl<T: RunTask> TaskTrainer<T> {
         let n = c.n_patches;
         // A task of several phases cut apart shrinks only the phase that ran out; the
         // others keep their micro-batches (a shared cut becomes each phase's own first).
+        // On a device pool the phases share its pages, and the step shrinks as one (the
+        // planner cuts them alike there: `plan::calibrate::fit`).
+        let pooled = !c.backend.is_host();
         let phase = error
             .phase()
-            .filter(|_| c.length_buckets.is_none())
+            .filter(|_| c.length_buckets.is_none() && !pooled)
             .filter(|&p| p < self.task.phases().len());
         let mut phase_mbs = match phase {
             Some(_) if c.phase_micro_batches.is_empty() => {
