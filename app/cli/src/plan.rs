@@ -143,15 +143,28 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
 /// large plan uses (f32, and the half precision): a step's peak grows faster per patch at
 /// larger sizes (docs/PLANNER.md), and a what-if plan reaches thousands of patches with no
 /// dry-run to correct it.
-fn calibrate_for_large_plans<T: BuiltIn>(target: Target, model: &T) -> Result<Calibration> {
+/// `room`: what the larger step may take, as the steps measured before it predict (half of
+/// the memory free where it runs).
+fn calibrate_for_large_plans<T: BuiltIn>(
+    target: Target,
+    model: &T,
+    room: Option<u64>,
+) -> Result<Calibration> {
     let mut calibration = block_on(plan::calibrate(target, model))?;
     let half = calibration.memory.half.as_ref().map(|h| h.precision);
     let [_, large] = plan::calibration_patches(model, target.backend);
     for precision in std::iter::once(Precision::F32).chain(half) {
         // The device's largest buffer may refuse four times the larger step (seed 000's GAN,
         // 64 whole spectrograms, on NVIDIA's Vulkan driver): halved until it runs, or left
-        // out, the calibration standing without it.
+        // out, the calibration standing without it. In host memory nothing refuses: the
+        // system ends the process (the same GAN on flex, about 30 GiB of a 24 GiB machine),
+        // so there the step is held to the room first.
         let mut patches = 4 * large;
+        if let (Some(room), Some(cost)) = (room, calibration.memory.cost(precision, false)) {
+            while patches > large && cost.at(patches) > room as f64 {
+                patches /= 2;
+            }
+        }
         while patches > large {
             match block_on(plan::measure_step(target, model, patches, precision, false)) {
                 Ok(step) => {
@@ -213,7 +226,9 @@ fn gpu_calibration<T: BuiltIn>(
     if !quiet {
         println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
     }
-    match calibrate_for_large_plans(target, model) {
+    // A software adapter's memory is this machine's RAM, and its free figure says so.
+    let room = adapter.free_memory.bytes.map(|free| free / 2);
+    match calibrate_for_large_plans(target, model, room) {
         Ok(measured) => (
             measured,
             format!(
@@ -227,6 +242,14 @@ fn gpu_calibration<T: BuiltIn>(
             carried()
         }
     }
+}
+
+/// This machine's free RAM, as the CPU probe reads it.
+fn host_free_bytes() -> Option<u64> {
+    headroom_core::probe::cpu::probe()
+        .into_iter()
+        .find(|d| d.backend.is_host())
+        .and_then(|d| d.free_memory.bytes)
 }
 
 /// One row of the what-if table.
@@ -243,7 +266,12 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
     // Each device's budget, resolved before calibrating so a bad fraction fails fast.
     let targets = crate::budget::what_if_devices(&spec, resident)?;
     let backend = target.backend;
-    let calibration: Calibration = calibrate_for_large_plans(target, model)?;
+    let room = backend
+        .is_host()
+        .then(host_free_bytes)
+        .flatten()
+        .map(|free| free / 2);
+    let calibration: Calibration = calibrate_for_large_plans(target, model, room)?;
     let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
     let planning = spec.planning_for(0, model.default_batch())?;
     let rows: Vec<Row> = targets
