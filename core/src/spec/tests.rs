@@ -154,6 +154,18 @@ fn a_gan_size_sizes_the_gan_and_its_features_and_no_other_model() {
     let gan: GanConfig = config.model.config().unwrap();
     assert_eq!((gan.shape.mels, gan.shape.frames), (96, 1292));
     assert_eq!(config.dataset.mels(), 96);
+    // The built-in clips hold a whole 1,292-frame spectrogram: 1 + samples / 512 frames.
+    let DatasetSource::Synthetic(clips) = &config.dataset else {
+        panic!("the built-in dataset: {:?}", config.dataset)
+    };
+    let samples = (f64::from(clips.seconds) * f64::from(clips.sample_rate)) as usize;
+    assert!(1 + samples / 512 >= 1292, "{} s", clips.seconds);
+    // A plan made without a run (a what-if) is for the same model.
+    assert_eq!(spec.sized(GanConfig::default()).unwrap(), gan);
+    assert_eq!(
+        RunSpec::default().sized(GanConfig::default()).unwrap(),
+        GanConfig::default()
+    );
     // Whole spectrograms: one patch each, the seed's 24 a step.
     assert_eq!((config.micro_batch, config.n_patches), (24, 1));
     for model in [None, Some("asr-transformer".to_string())] {
