@@ -270,7 +270,10 @@ fn the_speech_recogniser_trains_and_reports_its_error_rates() {
     assert_eq!(results.len(), 1, "one results event, no anomaly scores");
     assert!(events(&all, "evaluation").is_empty());
     let trained = results[0];
-    assert_eq!(trained["measures"], serde_json::json!(["CER", "WER"]));
+    assert_eq!(
+        trained["measures"],
+        serde_json::json!(["CER", "WER", "attention CER", "attention WER"])
+    );
     let rows = trained["rows"].as_array().unwrap();
     assert_eq!(rows[0]["label"], "validation");
     assert_eq!(rows[1]["label"], "test");
@@ -290,7 +293,7 @@ fn the_speech_recogniser_trains_and_reports_its_error_rates() {
     );
     let csv = std::fs::read_to_string(scores.join("results.csv")).unwrap();
     assert!(
-        csv.starts_with("label,examples,CER,WER\nvalidation,24,"),
+        csv.starts_with("label,examples,CER,WER,attention CER,attention WER\nvalidation,24,"),
         "{csv}"
     );
 }

@@ -343,7 +343,7 @@ def test_recogniser_equals_native_and_reports_cer(base: str, trainer_cli: str):
     for p, n in zip(page, native):
         assert math.isclose(p["loss"], n["loss"], rel_tol=1e-4), f"page {p} against native {n}"
     results = of(events, "results")[-1]
-    assert results["measures"] == ["CER", "WER"], results
+    assert results["measures"] == ["CER", "WER", "attention CER", "attention WER"], results
     rows = {r["label"]: r for r in results["rows"]}
     assert set(rows) == {"validation", "test"}, results
     for row in rows.values():

@@ -484,5 +484,8 @@ fn the_recogniser_trains_on_recordings_opened_in_the_app() {
         "steps planned by length report padding"
     );
     let results = session.results.as_ref().expect("the run's results");
-    assert_eq!(results.measures, ["CER", "WER"]);
+    assert_eq!(
+        results.measures,
+        ["CER", "WER", "attention CER", "attention WER"]
+    );
 }

@@ -99,7 +99,10 @@ fn a_speech_run_trains_resumes_exactly_and_reports_cer_and_wer() {
     let Evaluation::Results(results) = whole.evaluate().unwrap() else {
         panic!("a speech run reports its own results")
     };
-    assert_eq!(results.measures, ["CER", "WER"]);
+    assert_eq!(
+        results.measures,
+        ["CER", "WER", "attention CER", "attention WER"]
+    );
     let labels: Vec<&str> = results.rows.iter().map(|r| r.label.as_str()).collect();
     assert_eq!(labels, ["validation", "test"]);
     for row in &results.rows {

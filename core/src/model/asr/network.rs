@@ -152,12 +152,42 @@ impl AsrNetworks {
     /// indices as floats, for reading back), and its encoder frames.
     pub fn ctc_best_path(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<2>, Vec<usize>) {
         let (encoded, lengths) = self.encode(features, frames);
+        (self.ctc_best_path_of(encoded), lengths)
+    }
+
+    /// [`Self::ctc_best_path`] of the encoder's output.
+    pub fn ctc_best_path_of(&self, encoded: Tensor<3>) -> Tensor<2> {
         let [n, steps, _] = encoded.dims();
-        let best = transformer::project(&self.ctc_head, encoded)
+        transformer::project(&self.ctc_head, encoded)
             .argmax(2)
             .reshape([n, steps])
-            .float();
-        (best, lengths)
+            .float()
+    }
+
+    /// The decoder's most likely token after each row of `prefixes` (rows of one length,
+    /// each starting with the start token), reading the encoder's output `memory`; `[n]`,
+    /// token indices as floats for reading back.
+    pub fn next_tokens(
+        &self,
+        prefixes: &[Vec<usize>],
+        memory: Tensor<3>,
+        memory_lengths: &[usize],
+    ) -> Tensor<1> {
+        let device = memory.device();
+        let n = prefixes.len();
+        let steps = prefixes.first().map_or(1, Vec::len);
+        let logits = self.decode(
+            int_rows(prefixes, steps, 0, &device),
+            &vec![steps; n],
+            memory,
+            memory_lengths,
+        );
+        let [_, _, vocabulary] = logits.dims();
+        logits
+            .slice([0..n, steps - 1..steps, 0..vocabulary])
+            .argmax(2)
+            .reshape([n])
+            .float()
     }
 
     /// CTC's log-probabilities per encoder frame, `[n, frames, vocabulary]`.

@@ -1,6 +1,6 @@
 //! The recogniser's task over its data: opening the corpus's splits, fitting the task to
 //! what was read (vocabulary, longest utterance), and what the loop measures on the held-out
-//! splits (validation loss, and CER and WER by greedy CTC decoding).
+//! splits (validation loss, and CER and WER by greedy CTC and attention decoding).
 
 use std::borrow::Cow;
 
@@ -14,6 +14,7 @@ use headroom_datasets::speech::vocab::Vocabulary;
 use headroom_datasets::{LogMel, LogMelConfig, Spectrogram};
 
 use super::super::corpus::{self, Source};
+use super::super::decode;
 use super::super::{AsrConfig, Longest};
 use super::{HOP_S, Held, SpeechData, WithFrames};
 use crate::config::TrainConfig;
@@ -52,8 +53,8 @@ impl SpeechData {
             .collect())
     }
 
-    /// Character and word errors of greedy CTC decoding over `split`, in `batches`
-    /// (shortest first: less padding).
+    /// Character and word errors of greedy CTC and attention decoding over `split`, in
+    /// `batches` (shortest first: less padding).
     async fn errors(
         &self,
         networks: &AsrNetworks,
@@ -67,21 +68,39 @@ impl SpeechData {
         for part in self.held_out(split, batches, skipped)? {
             let picked: Vec<(&Held, &Spectrogram)> = part.iter().map(|(h, s)| (*h, &**s)).collect();
             let batch = self.batch(&picked, None, device)?;
-            let (paths, lengths) = networks.ctc_best_path(batch.features, &batch.frames);
+            let (encoded, lengths) = networks.encode(batch.features, &batch.frames);
+            let paths = networks.ctc_best_path_of(encoded.clone());
             let [_, steps] = paths.dims();
             let paths = readback::floats(paths).await?;
+            let ctc: Vec<Vec<usize>> = lengths
+                .iter()
+                .enumerate()
+                .map(|(i, &frames)| {
+                    let path: Vec<usize> = paths[i * steps..][..frames]
+                        .iter()
+                        .map(|&t| t as usize)
+                        .collect();
+                    decode::collapse(&path)
+                })
+                .collect();
+            let most: Vec<usize> = ctc
+                .iter()
+                .zip(&lengths)
+                .map(|(tokens, &frames)| decode::most_tokens(tokens.len(), frames))
+                .collect();
+            let attended =
+                decode::attention_greedy(networks, encoded, &lengths, Vocabulary::BOUNDARY, &most)
+                    .await?;
             for (i, (held, _)) in part.iter().enumerate() {
-                let path: Vec<usize> = paths[i * steps..][..lengths[i]]
-                    .iter()
-                    .map(|&t| t as usize)
-                    .collect();
-                let heard = vocabulary.decode(&super::super::collapse(&path));
+                let heard = vocabulary.decode(&ctc[i]);
                 let said = headroom_datasets::speech::vocab::normalise(held.source.transcript());
                 if vocabulary.encode(&said).is_err() {
                     scored.unknown += 1;
                 }
-                scored.characters.add(ErrorCount::characters(&said, &heard));
-                scored.words.add(ErrorCount::words(&said, &heard));
+                scored.ctc.add(&said, &heard);
+                scored
+                    .attention
+                    .add(&said, &vocabulary.decode(&attended[i]));
                 scored.utterances += 1;
             }
         }
@@ -89,14 +108,32 @@ impl SpeechData {
     }
 }
 
-/// What greedy decoding scored on a split.
+/// What greedy decoding scored on a split, each way.
 #[derive(Debug, Default)]
 struct Scored {
-    characters: ErrorCount,
-    words: ErrorCount,
+    ctc: Errors,
+    attention: Errors,
     utterances: usize,
     /// Utterances whose transcript holds characters the vocabulary lacks.
     unknown: usize,
+}
+
+/// Edits over the references' characters and words.
+#[derive(Debug, Default)]
+struct Errors {
+    characters: ErrorCount,
+    words: ErrorCount,
+}
+
+impl Errors {
+    fn add(&mut self, said: &str, heard: &str) {
+        self.characters.add(ErrorCount::characters(said, heard));
+        self.words.add(ErrorCount::words(said, heard));
+    }
+
+    fn rates(&self) -> [f64; 2] {
+        [&self.characters, &self.words].map(|count| count.rate().unwrap_or(f64::NAN))
+    }
 }
 
 impl RunTask for AsrConfig {
@@ -209,7 +246,7 @@ impl RunTask for AsrConfig {
         })
     }
 
-    /// CER and WER of greedy CTC decoding on the validation and test splits.
+    /// CER and WER of greedy CTC and attention decoding on the validation and test splits.
     fn evaluate<'a>(
         &'a self,
         networks: &'a AsrNetworks,
@@ -223,8 +260,9 @@ impl RunTask for AsrConfig {
             let mut skipped = skipped;
             let mut rows = Vec::new();
             let mut about = String::from(
-                "greedy CTC decoding; CER and WER: edits over the references' characters and \
-                 words",
+                "greedy CTC decoding, and greedy attention decoding (the decoder's most likely \
+                 next character until it ends the transcript); CER and WER: edits over the \
+                 references' characters and words",
             );
             for (label, split) in [("validation", &data.validation), ("test", &data.test)] {
                 if split.is_empty() {
@@ -243,15 +281,14 @@ impl RunTask for AsrConfig {
                 rows.push(ResultsRow {
                     label: label.into(),
                     examples: scored.utterances,
-                    values: vec![
-                        scored.characters.rate().unwrap_or(f64::NAN),
-                        scored.words.rate().unwrap_or(f64::NAN),
-                    ],
+                    values: [scored.ctc.rates(), scored.attention.rates()].concat(),
                 });
             }
             Ok(Evaluation::Results(Results {
                 about,
-                measures: vec!["CER".into(), "WER".into()],
+                measures: ["CER", "WER", "attention CER", "attention WER"]
+                    .map(String::from)
+                    .to_vec(),
                 rows,
                 skipped,
             }))
