@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod budget;
 mod datasets;
+mod device_panics;
 mod flags;
 mod models;
 mod plan;
@@ -65,6 +66,7 @@ fn run() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    device_panics::quiet();
     let cli = args::Cli::parse();
     match cli.command.unwrap_or_default() {
         args::Command::Train(a) => train::run(*a),

@@ -238,7 +238,12 @@ fn gpu_calibration<T: BuiltIn>(
             ),
         ),
         Err(error) => {
-            tracing::warn!(%error, "calibration on wgpu failed");
+            // One line on the terminal (the table says the GPU rows are then an estimate);
+            // cubecl's whole chain at debug.
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            tracing::warn!("calibration on wgpu failed: {first}");
+            tracing::debug!(%error, "calibration on wgpu failed");
             carried()
         }
     }

@@ -13,7 +13,6 @@ use web_time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendError, BackendKind};
-use crate::checkpoint::new_optimizer;
 use crate::memory::MemoryMeter;
 use crate::model::{LayerForms, NamedConfig, VqAutoencoderConfig};
 use crate::readback::block_on;
@@ -171,7 +170,9 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
     device.seed(config.seed);
     let mut model = task.networks(&device);
     let params = burn::module::Module::num_params(&model);
-    let mut optimizer = new_optimizer();
+    // The task's own optimizer, as its runs step (the GAN's Adam with beta1 0.5), so that
+    // its PyTorch twin can time the same step.
+    let mut optimizer = task.optimizer();
     let mut meter = MemoryMeter::new(config.backend, &device);
     let n = config.split().patches_per_micro_batch();
     let mut times = Vec::with_capacity(config.steps);

@@ -18,8 +18,10 @@ use crate::precision::Precision;
 /// The log filter both front-ends use when `RUST_LOG` is not set: warnings, and nothing
 /// from wgpu-hal, which logs every graphics API it fails to open while the probe enumerates
 /// adapters (GL without a display, say) as an error; the probe reports what matters in its
-/// own words.
-pub const DEFAULT_LOG_FILTER: &str = "warn,wgpu_hal=off";
+/// own words. cubecl's warnings of a task that failed on the device (a buffer it refused)
+/// are left out too: the step returns that failure, and Headroom says it (a dry-run halves,
+/// a what-if falls back).
+pub const DEFAULT_LOG_FILTER: &str = "warn,wgpu_hal=off,cubecl_runtime::logging::server=error,cubecl_common::device::handle::channel::task=error";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
