@@ -455,7 +455,7 @@ pub fn fit(
             // footprint so far, which the phases before it grew (each phase of a run read
             // the same footprint on lavapipe and the H200). Cut apart, the lighter phase's
             // larger micro-batch grows pages the heavier one's model never saw: seed 000's
-            // GAN measured 3-11% over its per-phase predictions on the H200, and its
+            // GAN measured 4-11% over its per-phase predictions on the H200, and its
             // dry-runs never fitted (docs/BENCHMARKS.md). The phases take one cut there,
             // planned from the whole step's footprint, as every other model is.
             Vec::new()
