@@ -15,11 +15,6 @@ decay). Spectral norm as Headroom computes it: four power iterations from a fixe
 every forward (not PyTorch's `spectral_norm`, which carries its vector between steps and
 iterates once). Needs torch.
 """
-import resource
-import statistics
-import time
-import json
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -122,9 +117,7 @@ def main():
         return (torch.randn(n, 1, a.mels, a.frames), torch.arange(n) % a.classes,
                 torch.randn(n, a.latent), torch.randn(n, a.latent))
 
-    times = []
-    for step in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+    def step():
         batches = [batch() for _ in range(a.accum)]
         opt_d.zero_grad(set_to_none=True)
         for real, classes, noise_d, _ in batches:
@@ -141,25 +134,9 @@ def main():
         torch.nn.utils.clip_grad_norm_(g.parameters(), 1.0)
         opt_g.step()
         d.zero_grad(set_to_none=True)
-        if a.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    print(json.dumps({
-        "framework": "pytorch",
-        "model": "spec-gan",
-        "torch": torch.__version__,
-        "threads": a.threads,
-        "batch": a.batch,
-        "patches": a.patches,
-        "accum": a.accum,
-        "params": sum(p.numel() for p in g.parameters()) + sum(p.numel() for p in d.parameters()),
-        "step_ms_median": round(med * 1e3, 2),
-        "patches_per_s": round(n * a.accum / med, 2),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "device": a.device,
-    }))
+
+    params = sum(p.numel() for p in g.parameters()) + sum(p.numel() for p in d.parameters())
+    timing.report("spec-gan", params, timing.timed_steps(step, a), a)
 
 
 if __name__ == "__main__":

@@ -34,23 +34,40 @@ def run(name, model, loss_of, a):
     """Times `a.steps` optimizer steps of `model`; `loss_of(model, n)` is the loss of a
     micro-batch of `n` random patches."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    cuda = a.device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
     n = a.batch * a.patches
-    times = []
-    for step in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+
+    def step():
         opt.zero_grad(set_to_none=True)
         for _ in range(a.accum):
             (loss_of(model, n) / a.accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+
+    report(name, sum(p.numel() for p in model.parameters()), timed_steps(step, a), a)
+
+
+def timed_steps(step, a):
+    """Runs `step()` `a.warmup` times, then `a.steps` times timed: each one's seconds."""
+    cuda = a.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        step()
         if cuda:
             # Kernels run asynchronously: a step is over when the GPU has done it.
             torch.cuda.synchronize()
-        if step >= a.warmup:
+        if i >= a.warmup:
             times.append(time.perf_counter() - t0)
+    return times
+
+
+def report(name, params, times, a):
+    """The JSON line `trainer-cli bench --json` is compared with: the median step of
+    `times`, each of `a.batch * a.patches * a.accum` patches."""
+    cuda = a.device.startswith("cuda")
+    n = a.batch * a.patches
     med = statistics.median(times)
     print(json.dumps({
         "framework": "pytorch",
@@ -60,7 +77,7 @@ def run(name, model, loss_of, a):
         "batch": a.batch,
         "patches": a.patches,
         "accum": a.accum,
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": params,
         "step_ms_median": round(med * 1e3, 2),
         "patches_per_s": round(n * a.accum / med, 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
