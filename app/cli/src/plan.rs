@@ -45,7 +45,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
 
 /// `plan` for one model.
 fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
-    let model = args.spec()?.sized(model)?;
+    let spec = args.spec()?;
+    let model = spec.sized(model)?;
     let resolved = args.backend.resolve_for(T::NAME);
     if let Some(reason) = &resolved.reason
         && !args.json
@@ -67,7 +68,6 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
     if let Some(spec) = &args.verify {
         return verify(spec, args.json, target, &model);
     }
-    let spec = args.spec()?;
     let budget = crate::budget::resolve(&spec, backend, resolved.device.as_ref())?;
     let planning = spec.planning_for(budget.bytes, model.default_batch())?;
     let mut events: Vec<Event> = Vec::new();
