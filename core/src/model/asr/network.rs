@@ -148,15 +148,9 @@ impl AsrNetworks {
         (transformer::normalise(&self.encoder_norm, encoded), lengths)
     }
 
-    /// Each utterance's most likely CTC token per encoder frame, `[n, frames]` (token
-    /// indices as floats, for reading back), and its encoder frames.
-    pub fn ctc_best_path(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<2>, Vec<usize>) {
-        let (encoded, lengths) = self.encode(features, frames);
-        (self.ctc_best_path_of(encoded), lengths)
-    }
-
-    /// [`Self::ctc_best_path`] of the encoder's output.
-    pub fn ctc_best_path_of(&self, encoded: Tensor<3>) -> Tensor<2> {
+    /// Each utterance's most likely CTC token per encoder frame of the encoder's output,
+    /// `[n, frames]` (token indices as floats, for reading back).
+    pub fn ctc_best_path(&self, encoded: Tensor<3>) -> Tensor<2> {
         let [n, steps, _] = encoded.dims();
         transformer::project(&self.ctc_head, encoded)
             .argmax(2)

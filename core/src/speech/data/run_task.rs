@@ -69,7 +69,7 @@ impl SpeechData {
             let picked: Vec<(&Held, &Spectrogram)> = part.iter().map(|(h, s)| (*h, &**s)).collect();
             let batch = self.batch(&picked, None, device)?;
             let (encoded, lengths) = networks.encode(batch.features, &batch.frames);
-            let paths = networks.ctc_best_path_of(encoded.clone());
+            let paths = networks.ctc_best_path(encoded.clone());
             let [_, steps] = paths.dims();
             let paths = readback::floats(paths).await?;
             let ctc: Vec<Vec<usize>> = lengths
