@@ -8,6 +8,7 @@ pub mod backend;
 pub mod bench;
 pub mod budget;
 pub mod checkpoint;
+pub mod classifier;
 pub mod config;
 pub mod data;
 pub mod eval;

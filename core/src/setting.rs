@@ -48,6 +48,12 @@ pub enum Setting {
     AsrSize,
     /// The GAN's preset size.
     GanSize,
+    /// The classifier's network.
+    ClassifierArch,
+    /// The GAN run whose generator a classifier mixes patches from.
+    Generator,
+    /// The share of a classifier's train patches that are generated.
+    GeneratedShare,
     /// One machine type of the dataset's folder.
     MachineType,
     /// The mel bands of the recordings' features.
@@ -95,6 +101,9 @@ impl Setting {
             Setting::SpeechTrain => "the speech recordings",
             Setting::AsrSize => "the recogniser's size",
             Setting::GanSize => "the GAN's size",
+            Setting::ClassifierArch => "the classifier's network",
+            Setting::Generator => "the generator's run",
+            Setting::GeneratedShare => "the share of generated patches",
             Setting::MachineType => "the machine type",
             Setting::NMels => "the mel bands",
             Setting::Steps => "the steps",

@@ -66,6 +66,7 @@ impl TrainArgs {
             model: self.model.clone(),
             asr_size: self.asr_size.map(Into::into),
             gan_size: self.gan_size.map(Into::into),
+            classifier: self.classifier.spec(),
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: SplitSpec {
                 stride: self.stride,
@@ -97,6 +98,7 @@ impl PlanArgs {
             memory: memory(&self.memory)?,
             asr_size: self.asr_size.map(Into::into),
             gan_size: self.gan_size.map(Into::into),
+            classifier: self.classifier.spec(),
             ..RunSpec::default()
         })
     }

@@ -47,7 +47,7 @@ pub fn noise_of(seed: u64, position: u64, n_patches: usize, latent: usize) -> Ve
 
 /// `len` standard normal draws by the Box-Muller transform: two uniforms give two normals.
 /// By hand because the rand_distr in the dependency tree is built for another rand.
-fn normal(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
+pub(crate) fn normal(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
     let mut values = Vec::with_capacity(len + 1);
     while values.len() < len {
         // (0, 1]: the logarithm stays finite.

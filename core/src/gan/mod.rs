@@ -14,7 +14,7 @@
 //! profile, averaged over the classes: the run's validation figure. The test figures add how
 //! often a generated patch's nearest real class centroid is its own class.
 
-mod data;
+pub(crate) mod data;
 pub mod grid;
 pub mod networks;
 pub mod quality;
@@ -174,7 +174,7 @@ impl Default for GanConfig {
 }
 
 impl GanConfig {
-    fn classes(&self) -> usize {
+    pub(crate) fn classes(&self) -> usize {
         self.machines.len().max(1)
     }
 

@@ -131,7 +131,7 @@ pub struct Generator {
 }
 
 impl Generator {
-    fn new(shape: &GanShape, classes: usize, device: &Device) -> Self {
+    pub fn new(shape: &GanShape, classes: usize, device: &Device) -> Self {
         let [start_mels, start_frames] = shape.start();
         let channels = 8 * shape.width;
         let mut blocks = Vec::with_capacity(LAYERS);

@@ -10,6 +10,7 @@
 mod by_name;
 mod trainer;
 
+use crate::classifier::ClassifierConfig;
 use crate::config::TrainConfig;
 use crate::gan::GanConfig;
 use crate::model::{
@@ -57,6 +58,7 @@ built_in_tasks![
     IdClassifierConfig,
     AsrConfig,
     GanConfig,
+    ClassifierConfig,
 ];
 
 /// Runs `action` with the built-in task `spec` names, its saved configuration read.

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::Target;
 use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
+use crate::classifier::{ClassifierArch, ClassifierConfig, DEFAULT_SHARE, GeneratedPatches};
 use crate::config::{DatasetSource, RunLength, TrainConfig};
 use crate::gan::{GanConfig, GanSize};
 use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig};
@@ -27,6 +28,7 @@ use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
 /// The speech recogniser's name: the model its recordings and size settings are for.
 const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
 const GAN: &str = <GanConfig as crate::model::NamedConfig>::NAME;
+const CLASSIFIER: &str = <ClassifierConfig as crate::model::NamedConfig>::NAME;
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -52,6 +54,20 @@ pub struct RunSpec {
     pub asr_size: Option<AsrSize>,
     /// The GAN's preset size.
     pub gan_size: Option<GanSize>,
+    /// The classifier's network and the generated patches it mixes in.
+    pub classifier: ClassifierSpec,
+}
+
+/// A `spec-classifier` run's own settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClassifierSpec {
+    pub arch: Option<ClassifierArch>,
+    /// A `spec-gan` run (its folder or one of its checkpoints) whose generator makes the
+    /// patches a second classifier learns from beside the real ones.
+    pub generator: Option<PathBuf>,
+    /// The share of that classifier's train patches that are generated.
+    pub generated_share: Option<f64>,
 }
 
 impl Default for RunSpec {
@@ -71,6 +87,7 @@ impl Default for RunSpec {
             empty_cache_every: None,
             asr_size: None,
             gan_size: None,
+            classifier: ClassifierSpec::default(),
         }
     }
 }
@@ -176,6 +193,13 @@ pub enum SpecError {
         setting: Setting,
         model: String,
     },
+    /// A setting of the classifier's (its network, its generator) for another model.
+    ForClassifier {
+        setting: Setting,
+        model: String,
+    },
+    /// A share of generated patches without a generator, or outside (0, 1].
+    GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
     SpeechWith(Setting),
     Model(ModelError),
@@ -220,6 +244,21 @@ impl Described for SpecError {
                 words.setting(*setting),
                 words.given(Setting::Model, GAN),
                 words.given(Setting::Model, model)
+            ),
+            SpecError::ForClassifier { setting, model } => format!(
+                "{} is for {}; {} does not take it",
+                words.setting(*setting),
+                words.given(Setting::Model, CLASSIFIER),
+                words.given(Setting::Model, model)
+            ),
+            SpecError::GeneratedShare(None) => format!(
+                "{} needs {}, the spec-gan run whose generator makes the patches",
+                words.setting(Setting::GeneratedShare),
+                words.setting(Setting::Generator)
+            ),
+            SpecError::GeneratedShare(Some(share)) => format!(
+                "{} is a share of the train patches: above 0 and at most 1",
+                words.given(Setting::GeneratedShare, &share.to_string())
             ),
             SpecError::SpeechWith(setting) => format!(
                 "{} describes machine sounds; a speech run reads {} alone",
@@ -318,6 +357,7 @@ impl RunSpec {
         if let Some(name) = &self.model {
             crate::registry::configure(&mut c, name)?;
             self.gan_into(&mut c)?;
+            self.classifier_into(&mut c)?;
             let mels = c.dataset.mels();
             if let Some(asked) = self.data.n_mels
                 && asked != mels
@@ -332,6 +372,7 @@ impl RunSpec {
         if self.model.is_none() {
             // The default model takes no GAN size: said as for any other model.
             self.gan_into(&mut c)?;
+            self.classifier_into(&mut c)?;
         }
         self.recogniser_into(&mut c)?;
         let split = &self.split;
@@ -356,12 +397,14 @@ impl RunSpec {
     /// `model` at the sizes the spec asks for (`--gan-size`), as a run of it would train it:
     /// what a plan made without a run (a what-if, a plan without a dry-run) is for.
     pub fn sized<T: crate::train::BuiltIn>(&self, model: T) -> Result<T, SpecError> {
-        if self.gan_size.is_none() {
+        let c = &self.classifier;
+        if self.gan_size.is_none() && c.arch.is_none() && c.generator.is_none() {
             return Ok(model);
         }
         let mut c = TrainConfig::default();
         model.configure(&mut c);
         self.gan_into(&mut c)?;
+        self.classifier_into(&mut c)?;
         Ok(c.model.config()?)
     }
 
@@ -382,6 +425,40 @@ impl RunSpec {
             ..c.model.config()?
         };
         crate::train::BuiltIn::configure(&task, c);
+        Ok(())
+    }
+
+    /// Gives `c`'s classifier the network and generated patches asked for; only the
+    /// classifier takes them.
+    fn classifier_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
+        let spec = &self.classifier;
+        let asked = [
+            (Setting::ClassifierArch, spec.arch.is_some()),
+            (Setting::Generator, spec.generator.is_some()),
+            (Setting::GeneratedShare, spec.generated_share.is_some()),
+        ];
+        let Some(&(first, _)) = asked.iter().find(|(_, given)| *given) else {
+            return Ok(());
+        };
+        if self.model_name() != CLASSIFIER {
+            return Err(SpecError::ForClassifier {
+                setting: first,
+                model: self.model_name().to_string(),
+            });
+        }
+        let share = spec.generated_share.unwrap_or(DEFAULT_SHARE);
+        if spec.generator.is_none() && spec.generated_share.is_some() {
+            return Err(SpecError::GeneratedShare(None));
+        }
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(SpecError::GeneratedShare(Some(share)));
+        }
+        let mut task: ClassifierConfig = c.model.config()?;
+        given(&mut task.arch, spec.arch);
+        if let Some(generator) = &spec.generator {
+            task.generated = Some(GeneratedPatches::from(generator.clone(), share));
+        }
+        c.model = crate::model::ModelSpec::of(&task);
         Ok(())
     }
 

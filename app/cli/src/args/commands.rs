@@ -87,6 +87,8 @@ pub struct PlanArgs {
     #[arg(long, value_enum)]
     pub gan_size: Option<super::train::GanSizeArg>,
     #[command(flatten)]
+    pub classifier: super::train::ClassifierArgs,
+    #[command(flatten)]
     pub memory: MemoryArgs,
     #[command(flatten)]
     pub split: SplitArgs,

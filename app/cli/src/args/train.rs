@@ -43,6 +43,8 @@ pub struct TrainArgs {
     /// patches].
     #[arg(long, value_enum)]
     pub gan_size: Option<GanSizeArg>,
+    #[command(flatten)]
+    pub classifier: ClassifierArgs,
     /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
@@ -176,6 +178,51 @@ impl From<AsrSizeArg> for headroom_core::speech::AsrSize {
             AsrSizeArg::Small => AsrSize::Small,
             AsrSizeArg::Medium => AsrSize::Medium,
             AsrSizeArg::Large => AsrSize::Large,
+        }
+    }
+}
+
+/// The classifier's settings (with --model spec-classifier).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClassifierArgs {
+    /// The classifier's network (with --model spec-classifier): vit, a small vision
+    /// transformer over 8 x 8 tiles, or cnn, a plain CNN [default: vit].
+    #[arg(long, value_enum)]
+    pub classifier: Option<ClassifierArchArg>,
+    /// A spec-gan run (its folder or a checkpoint) whose generator makes patches that a
+    /// second classifier learns from beside the real ones (with --model spec-classifier):
+    /// the results put both classifiers' accuracy side by side.
+    #[arg(long)]
+    pub generator: Option<PathBuf>,
+    /// The share of the second classifier's train patches that are generated, above 0 and
+    /// at most 1 (with --generator) [default: 0.5].
+    #[arg(long)]
+    pub generated_share: Option<f64>,
+}
+
+impl ClassifierArgs {
+    pub fn spec(&self) -> headroom_core::spec::ClassifierSpec {
+        headroom_core::spec::ClassifierSpec {
+            arch: self.classifier.map(Into::into),
+            generator: self.generator.clone(),
+            generated_share: self.generated_share,
+        }
+    }
+}
+
+/// The classifier's networks, as `--classifier` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassifierArchArg {
+    Vit,
+    Cnn,
+}
+
+impl From<ClassifierArchArg> for headroom_core::classifier::ClassifierArch {
+    fn from(arch: ClassifierArchArg) -> Self {
+        use headroom_core::classifier::ClassifierArch;
+        match arch {
+            ClassifierArchArg::Vit => ClassifierArch::Vit,
+            ClassifierArchArg::Cnn => ClassifierArch::Cnn,
         }
     }
 }

@@ -12,7 +12,7 @@
 //! tokens are not said).
 
 mod network;
-mod transformer;
+pub(crate) mod transformer;
 
 use serde::{Deserialize, Serialize};
 

@@ -219,10 +219,14 @@ impl Backward<Flex, 3> for LinearBackward {
         } else {
             partials.for_each(|(g, (pw, pb))| group(g, pw, pb, None));
         }
+        // An input that takes no part (a network's data, as a vision transformer's tiles)
+        // has no dx to make a tensor of.
+        if x_node.is_some() {
+            register(grads, [(x_node, tensor(dx, x.shape()))]);
+        }
         register(
             grads,
             [
-                (x_node, tensor(dx, x.shape())),
                 (
                     weight_node,
                     tensor(sum_partials(&partial_w, inputs * outputs), weight.shape()),
