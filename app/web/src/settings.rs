@@ -2,9 +2,10 @@
 //! a teacher's link starts a run with. The keys are `trainer-cli train`'s flags, shortened.
 
 use headroom_core::RunLength;
+use headroom_core::classifier::ClassifierArch;
 use headroom_core::setting::{Setting, Wording};
 use headroom_core::size::parse_size;
-use headroom_core::spec::{BudgetSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
+use headroom_core::spec::{BudgetSpec, ClassifierSpec, DataSpec, MemorySpec, RunSpec, SplitSpec};
 
 /// Where the page trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,6 +35,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("backend", "auto, cpu or webgpu"),
     ("start", "1 starts the run when the page opens"),
     ("model", "a built-in model name (trainer-cli models)"),
+    (
+        "classifier",
+        "vit or cnn: the network of model=spec-classifier",
+    ),
     ("steps", "optimizer steps to train"),
     ("seed", "the run's seed"),
     ("lr", "peak learning rate"),
@@ -92,6 +97,7 @@ pub struct PageSettings {
     pub backend: WebBackend,
     pub start: bool,
     pub model: Option<String>,
+    pub classifier: Option<ClassifierArch>,
     pub steps: Option<u64>,
     pub seed: Option<u64>,
     pub lr: Option<f64>,
@@ -168,6 +174,19 @@ impl PageSettings {
                 }
                 "start" => s.start = flag("start", v)?,
                 "model" => s.model = Some(v.to_string()),
+                "classifier" => {
+                    s.classifier = Some(match v.to_ascii_lowercase().as_str() {
+                        "vit" => ClassifierArch::Vit,
+                        "cnn" => ClassifierArch::Cnn,
+                        _ => {
+                            return Err(SettingsError::Invalid {
+                                key: "classifier",
+                                value: v.to_string(),
+                                what: "vit or cnn",
+                            });
+                        }
+                    })
+                }
                 "steps" => s.steps = Some(positive("steps", v)? as u64),
                 "seed" => s.seed = Some(number("seed", v, "a whole number")?),
                 "lr" => {
@@ -219,6 +238,10 @@ impl PageSettings {
     pub fn spec(&self, picked: Option<&str>) -> RunSpec {
         RunSpec {
             model: self.model.clone(),
+            classifier: ClassifierSpec {
+                arch: self.classifier,
+                ..ClassifierSpec::default()
+            },
             data: DataSpec {
                 root: picked.map(Into::into),
                 machine_type: self.machine_type.clone(),
@@ -257,6 +280,7 @@ impl PageSettings {
 fn key(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Model => "model",
+        Setting::ClassifierArch => "classifier",
         Setting::LearningRate => "lr",
         Setting::Seed => "seed",
         Setting::MicroBatch => "batch",
@@ -417,6 +441,25 @@ mod tests {
         assert!(PageSettings::parse("lr=-1").is_err());
         let model = config("model=resnet", None).unwrap_err();
         assert!(model.contains("resnet"), "{model}");
+        let arch = PageSettings::parse("classifier=resnet")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            arch.contains("classifier=resnet") && arch.contains("vit or cnn"),
+            "{arch}"
+        );
+        // The classifier's network is for the classifier alone, said with the page's key.
+        let other = config("classifier=cnn", None).unwrap_err();
+        assert!(other.contains("`classifier`"), "{other}");
+    }
+
+    #[test]
+    fn the_classifier_takes_its_network_from_the_address() {
+        use headroom_core::classifier::ClassifierConfig;
+        let c = config("model=spec-classifier&classifier=cnn", None).unwrap();
+        let task: ClassifierConfig = c.model.config().unwrap();
+        assert_eq!(task.arch, ClassifierArch::Cnn);
+        assert!(task.generated.is_none());
     }
 
     #[test]

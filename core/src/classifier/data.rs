@@ -11,6 +11,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::ClassifierConfig;
 use super::networks::{ClassifierBatch, GeneratedDraw};
 use crate::config::TrainConfig;
 use crate::data::{LoaderOptions, Normalization};
@@ -48,11 +49,6 @@ impl ClassifierData {
             seed: config.seed,
             n_patches: config.n_patches,
         }
-    }
-
-    /// Draw generated patches for every micro-batch from now on.
-    pub(super) fn draw(&mut self, draws: Option<Draws>) {
-        self.draws = draws;
     }
 }
 
@@ -94,8 +90,19 @@ impl TaskData for ClassifierData {
         self.patches.read_ahead(config, loader)
     }
 
+    /// Draws for the generated patches of the run's task as it was sized for the data (its
+    /// generator's noise size is read from the GAN's checkpoint after the data is opened).
     fn stream(&mut self, config: &TrainConfig, loader: &LoaderOptions) {
         self.n_patches = config.n_patches;
+        self.draws = config
+            .model
+            .config::<ClassifierConfig>()
+            .ok()
+            .and_then(|task| task.generated)
+            .map(|g| Draws {
+                latent: g.shape.latent,
+                share: g.share,
+            });
         self.patches.stream(config, loader);
     }
 

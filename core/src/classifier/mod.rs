@@ -34,8 +34,8 @@ use crate::task::{StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
 pub use data::ClassifierData;
-pub use networks::{ClassifierArch, ClassifierBatch, ClassifierNetworks, GeneratedDraw};
 use networks::{Classifier, Renormalise};
+pub use networks::{ClassifierArch, ClassifierBatch, ClassifierNetworks, GeneratedDraw};
 
 /// The share of patches generated when a generator is given and no share is.
 pub const DEFAULT_SHARE: f64 = 0.5;
@@ -149,7 +149,12 @@ impl TrainingTask for ClassifierConfig {
             real: classifier(),
             mixed: self.generated.as_ref().map(|_| classifier()),
             generator: self.generated.as_ref().map(|g| {
-                generator::generator_on(&g.shape, classes, g.weights.as_deref().map(|w| &w[..]), device)
+                generator::generator_on(
+                    &g.shape,
+                    classes,
+                    g.weights.as_deref().map(|w| &w[..]),
+                    device,
+                )
             }),
         }
     }
@@ -188,7 +193,11 @@ impl TrainingTask for ClassifierConfig {
         let total = if phase == 0 {
             networks.real.loss(batch.real, batch.classes)
         } else {
-            let real = || networks.real.loss(batch.real.clone(), batch.classes.clone());
+            let real = || {
+                networks
+                    .real
+                    .loss(batch.real.clone(), batch.classes.clone())
+            };
             networks
                 .mixed_loss(batch.clone(), self.renormalise())
                 .unwrap_or_else(real)
@@ -245,14 +254,18 @@ impl TrainingTask for ClassifierConfig {
     /// Both classifiers' trainable values; the frozen generator has no gradients.
     fn parameters(&self) -> u64 {
         let one = self.arch.parameters(self.patch, self.classes());
-        if self.generated.is_some() { 2 * one } else { one }
+        if self.generated.is_some() {
+            2 * one
+        } else {
+            one
+        }
     }
 
     fn step_memory(&self, _: BackendKind, _: Precision, examples: usize) -> AnalyticStep {
         let patch = (self.patch.mels * self.patch.frames) as u64;
         let n = examples as u64;
         let (generator, draws) = self.generated.as_ref().map_or((0, 0), |g| {
-            let weights = g.shape.parameters(self.classes()) as u64;
+            let weights = g.shape.parameters(self.classes());
             (4 * weights, 4 * n * (g.shape.latent as u64 + 1 + 2 * patch))
         });
         AnalyticStep {

@@ -10,10 +10,10 @@
 //! normalised alone, so a step split into micro-batches has the whole step's gradient.
 
 use burn::module::{Module, Param};
+use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::nn::PaddingConfig2d;
 use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use serde::{Deserialize, Serialize};
@@ -114,6 +114,8 @@ fn tokens(patch: PatchShape) -> usize {
 }
 
 /// A classifier of either kind.
+// A run holds one or two of these: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Classifier {
     Vit(SpecVit),

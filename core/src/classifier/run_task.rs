@@ -8,7 +8,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::ClassifierConfig;
-use super::data::{ClassifierData, Draws};
+use super::data::ClassifierData;
 use super::generator::FrozenGenerator;
 use super::networks::{Classifier, ClassifierNetworks};
 use crate::config::TrainConfig;
@@ -33,12 +33,7 @@ impl RunTask for ClassifierConfig {
         loader: &LoaderOptions,
     ) -> Result<(Self, ClassifierData), TrainError> {
         let patches = PatchData::open(config, loader, self.patch)?;
-        let mut data = ClassifierData::new(patches, config);
-        data.draw(self.generated.as_ref().map(|g| Draws {
-            latent: g.shape.latent,
-            share: g.share,
-        }));
-        Ok((self, data))
+        Ok((self, ClassifierData::new(patches, config)))
     }
 
     /// One class per machine of the train split, at least two; with generated patches, the

@@ -189,6 +189,62 @@ fn a_gan_size_sizes_the_gan_and_its_features_and_no_other_model() {
 }
 
 #[test]
+fn the_classifier_takes_its_network_and_generator_and_no_other_model_does() {
+    use crate::classifier::{ClassifierArch, ClassifierConfig, DEFAULT_SHARE};
+    let classifier = |arch, generator: Option<&str>, generated_share| RunSpec {
+        model: Some("spec-classifier".into()),
+        classifier: ClassifierSpec {
+            arch,
+            generator: generator.map(Into::into),
+            generated_share,
+        },
+        ..RunSpec::default()
+    };
+    let config = classifier(Some(ClassifierArch::Cnn), Some("runs/gan"), None)
+        .train_config(flex())
+        .unwrap();
+    let task: ClassifierConfig = config.model.config().unwrap();
+    assert_eq!(task.arch, ClassifierArch::Cnn);
+    let generated = task.generated.expect("patches from the generator");
+    assert_eq!(
+        (generated.checkpoint.to_str(), generated.share),
+        (Some("runs/gan"), DEFAULT_SHARE)
+    );
+    let alone: ClassifierConfig = classifier(None, None, None)
+        .train_config(flex())
+        .unwrap()
+        .model
+        .config()
+        .unwrap();
+    assert_eq!(alone, ClassifierConfig::default());
+    assert_eq!(
+        classifier(None, None, Some(0.3)).train_config(flex()),
+        Err(SpecError::GeneratedShare(None))
+    );
+    for share in [0.0, 1.5, f64::NAN] {
+        assert!(matches!(
+            classifier(None, Some("runs/gan"), Some(share)).train_config(flex()),
+            Err(SpecError::GeneratedShare(Some(_)))
+        ));
+    }
+    let other = RunSpec {
+        model: Some("spec-gan".into()),
+        classifier: ClassifierSpec {
+            generator: Some("runs/gan".into()),
+            ..ClassifierSpec::default()
+        },
+        ..RunSpec::default()
+    };
+    assert_eq!(
+        other.train_config(flex()),
+        Err(SpecError::ForClassifier {
+            setting: Setting::Generator,
+            model: "spec-gan".into()
+        })
+    );
+}
+
+#[test]
 fn without_the_planner_there_is_no_request_and_no_effective_batch() {
     let mut spec = RunSpec {
         planner: false,
