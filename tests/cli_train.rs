@@ -209,6 +209,28 @@ fn bad_flags_and_missing_checkpoints_get_clear_errors() {
 
     let stderr = run_failing(&["train", "--n-patches", "20", "--stride", "64"]);
     assert!(stderr.contains("lower --n-patches or --stride"), "{stderr}");
+
+    // The classifier's settings name their flags, and a generator that is no GAN run
+    // names the folder.
+    let stderr = run_failing(&["train", "--model", "spec-gan", "--classifier", "cnn"]);
+    assert!(
+        stderr.contains("--classifier is for --model spec-classifier"),
+        "{stderr}"
+    );
+    let classifier = ["train", "--model", "spec-classifier", "--steps", "1"];
+    let stderr = run_failing(&with(&classifier, &["--generated-share", "0.3"]));
+    assert!(
+        stderr.contains("--generated-share needs --generator"),
+        "{stderr}"
+    );
+    let stderr = run_failing(&with(
+        &classifier,
+        &["--generator", empty.path().to_str().unwrap()],
+    ));
+    assert!(
+        stderr.contains("no checkpoint in") && stderr.contains(empty.path().to_str().unwrap()),
+        "{stderr}"
+    );
 }
 
 #[test]
