@@ -191,6 +191,55 @@ pub async fn accumulate_gradients<T: TrainingTask>(
     context: StepContext,
     meter: &mut MemoryMeter,
 ) -> Result<(GradientsParams, f64, f64), StepError> {
+    if task.coupling() == Coupling::Embeddings {
+        let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+        if batches.len() > 1 {
+            return cached::cached_gradients(
+                task,
+                networks,
+                phase,
+                batches,
+                step_examples,
+                context,
+                meter,
+            )
+            .await;
+        }
+        // The whole step in one micro-batch: an ordinary step, one forward.
+        return each_micro_batch(
+            task,
+            networks,
+            phase,
+            batches,
+            step_examples,
+            context,
+            meter,
+        )
+        .await;
+    }
+    each_micro_batch(
+        task,
+        networks,
+        phase,
+        micro_batches,
+        step_examples,
+        context,
+        meter,
+    )
+    .await
+}
+
+/// [`accumulate_gradients`] micro-batch by micro-batch, each gradient its share of the
+/// step's.
+async fn each_micro_batch<T: TrainingTask>(
+    task: &T,
+    networks: &T::Networks,
+    phase: usize,
+    micro_batches: impl IntoIterator<Item = T::Batch>,
+    step_examples: usize,
+    context: StepContext,
+    meter: &mut MemoryMeter,
+) -> Result<(GradientsParams, f64, f64), StepError> {
     let mut accumulator = GradientsAccumulator::<T::Networks>::new();
     let (mut loss, mut reported) = (0.0, 0.0);
     let mut seen = 0;
@@ -440,5 +489,6 @@ pub fn scale_gradients<M: Module>(model: &M, grads: &mut GradientsParams, factor
     model.visit(&mut Scale { grads, factor });
 }
 
+pub mod cached;
 #[cfg(test)]
 mod tests;

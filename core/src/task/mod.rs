@@ -19,7 +19,7 @@ mod tests;
 
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Gradients};
+use burn::tensor::{Device, Gradients, Tensor};
 
 use crate::backend::BackendKind;
 use crate::model::{AnalyticStep, StepLoss};
@@ -35,6 +35,11 @@ pub enum Coupling {
     /// a micro-batch's gradient is not a share of the step's, so a step is one micro-batch
     /// and the planner does not accumulate it.
     WholeStep,
+    /// The loss couples the step's examples only through each example's embedding
+    /// ([`TrainingTask::embed`], [`TrainingTask::loss_of_embeddings`]): a step of several
+    /// micro-batches computes the whole step's gradient by gradient caching
+    /// (`crate::step::cached`), so the planner may split it.
+    Embeddings,
 }
 
 /// What a phase's loss may depend on besides the networks and the batch.
@@ -114,6 +119,31 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
         batch: Self::Batch,
         context: StepContext,
     ) -> StepLoss;
+
+    /// Each example's embedding, `[n, width]` (an audio and a text embedding side by side
+    /// for a pair), with autodiff: for a task of [`Coupling::Embeddings`], what the loss
+    /// couples the examples through. `None` (the default) for any other task.
+    fn embed(
+        &self,
+        _networks: &Self::Networks,
+        _phase: usize,
+        _batch: Self::Batch,
+        _context: StepContext,
+    ) -> Option<Tensor<2>> {
+        None
+    }
+
+    /// The loss of phase `phase` over a whole step's embeddings (`[step examples, width]`,
+    /// in the step's order), for a task of [`Coupling::Embeddings`]: its [`TrainingTask::loss`]
+    /// is this over [`TrainingTask::embed`]'s output. `None` (the default) for any other task.
+    fn loss_of_embeddings(
+        &self,
+        _networks: &Self::Networks,
+        _phase: usize,
+        _embeddings: Tensor<2>,
+    ) -> Option<StepLoss> {
+        None
+    }
 
     /// The gradients phase `phase` applies, taken from everything its loss reached: by
     /// default every parameter's (one network). A task of several networks keeps the

@@ -1,0 +1,311 @@
+//! A step whose loss couples its examples through their embeddings (a contrastive loss
+//! over in-batch negatives), split into micro-batches and still the whole step's gradient:
+//! gradient caching (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under
+//! Memory Limited Setup", GradCache).
+//!
+//! 1. Each micro-batch is embedded with the parameters untracked: nothing is kept for
+//!    backward, and only the embeddings (`[step examples, width]`) stay.
+//! 2. The step's loss over all of them, differentiated from the embeddings (and from any
+//!    parameter the loss holds itself, such as a learned temperature): the gradient with
+//!    respect to each embedding is the cache.
+//! 3. Each micro-batch is embedded again with autodiff and back-propagated from its part of
+//!    the cache (the gradient of `sum(embedding * cached gradient)`, which is the cached
+//!    gradient at the embedding). The micro-batches' parameter gradients and the loss's own
+//!    sum to the whole step's, by the chain rule: the loss depends on the parameters only
+//!    through the embeddings and its own.
+//!
+//! What it costs: one more forward per micro-batch than plain accumulation, and the cache
+//! (the embeddings and their gradients) for the whole step.
+
+use burn::module::Module;
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::Tensor;
+
+use super::StepError;
+use crate::memory::{MemoryMeter, MemorySource};
+use crate::model::StepLoss;
+use crate::readback;
+use crate::task::{StepContext, TrainingTask};
+
+/// The summed gradients of phase `phase` over `micro_batches`, equal to one micro-batch of
+/// all of them, with the step's loss and reported term.
+pub async fn cached_gradients<T: TrainingTask>(
+    task: &T,
+    networks: &T::Networks,
+    phase: usize,
+    micro_batches: Vec<T::Batch>,
+    step_examples: usize,
+    context: StepContext,
+    meter: &mut MemoryMeter,
+) -> Result<(GradientsParams, f64, f64), StepError> {
+    let seen: usize = micro_batches.iter().map(|b| task.examples_in(b)).sum();
+    if seen != step_examples {
+        return Err(StepError::Incomplete {
+            seen,
+            expected: step_examples,
+        });
+    }
+    // 1. The embeddings, untracked.
+    let untracked = networks.clone().no_grad();
+    let mut parts = Vec::with_capacity(micro_batches.len());
+    for batch in micro_batches.iter().cloned() {
+        let embedded = task
+            .embed(&untracked, phase, batch, context)
+            .ok_or(StepError::Coupled)?
+            .detach();
+        settle_and_sample(&embedded, meter).await?;
+        meter.check()?;
+        parts.push(embedded);
+    }
+    drop(untracked);
+    // 2. The step's loss from the cached embeddings, and its gradient there.
+    let cache = Tensor::cat(parts, 0).require_grad();
+    let StepLoss { total, reported } = task
+        .loss_of_embeddings(networks, phase, cache.clone())
+        .ok_or(StepError::Coupled)?;
+    let scale = context.precision.loss_scale();
+    let scaled = total.mul_scalar(scale);
+    let mut grads = scaled.clone().backward();
+    readback::settle(&scaled.device()).await?;
+    meter.check()?;
+    let loss = readback::scalar(scaled).await? as f64 / scale as f64;
+    let reported = readback::scalar(reported).await? as f64;
+    let cached = cache
+        .grad_remove(&mut grads)
+        .ok_or(StepError::Coupled)?
+        .detach();
+    let mut accumulator = GradientsAccumulator::<T::Networks>::new();
+    accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
+    // 3. Each micro-batch again, back-propagated from its part of the cache.
+    let mut start = 0;
+    for batch in micro_batches {
+        let n = task.examples_in(&batch);
+        let embedded = task
+            .embed(networks, phase, batch, context)
+            .ok_or(StepError::Coupled)?;
+        let surrogate = (embedded.clone() * cached.clone().narrow(0, start, n)).sum();
+        settle_and_sample(&embedded, meter).await?;
+        let grads = surrogate.backward();
+        readback::settle(&embedded.device()).await?;
+        meter.check()?;
+        accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
+        start += n;
+    }
+    Ok((accumulator.grads(), loss, reported))
+}
+
+/// On a device pool, which keeps no high-water mark, runs the forward to `tensor` and reads
+/// the pool, so that the step's peak includes what is alive now.
+async fn settle_and_sample(tensor: &Tensor<2>, meter: &mut MemoryMeter) -> Result<(), StepError> {
+    if meter.source() == MemorySource::DevicePool {
+        readback::settle(&tensor.device()).await?;
+        meter.sample();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! A contrastive step cut into micro-batches: cached, the whole step's parameters; plain
+    //! accumulation, another function's.
+
+    use burn::module::{Module, Param};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::SgdConfig;
+    use burn::tensor::activation::log_softmax;
+    use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+
+    use crate::backend::BackendKind;
+    use crate::memory::MemoryMeter;
+    use crate::model::{AnalyticStep, StepLoss, flat_parameters};
+    use crate::precision::Precision;
+    use crate::readback::block_on;
+    use crate::step::{StepSettings, optimizer_step};
+    use crate::task::{Coupling, StepContext, TrainingTask};
+
+    #[derive(Module, Debug)]
+    struct TwoTowers {
+        audio: Linear,
+        text: Linear,
+        /// The logits' scale, as its logarithm (CLIP's learned temperature).
+        log_scale: Param<Tensor<1>>,
+    }
+
+    /// Audio `[n, 8]` and text `[n, 6]` of `n` pairs.
+    #[derive(Debug, Clone)]
+    struct Pairs(Tensor<2>, Tensor<2>);
+
+    /// Symmetric InfoNCE over in-batch negatives; `cached` says whether it declares its
+    /// coupling through embeddings (else it claims independent examples, as plain
+    /// accumulation assumes).
+    #[derive(Debug, Clone)]
+    struct Contrastive {
+        cached: bool,
+    }
+
+    fn unit(x: Tensor<2>) -> Tensor<2> {
+        let norm = x.clone().square().sum_dim(1).sqrt().add_scalar(1e-8);
+        x / norm
+    }
+
+    impl TrainingTask for Contrastive {
+        type Networks = TwoTowers;
+        type Batch = Pairs;
+
+        fn phases(&self) -> &'static [&'static str] {
+            &["contrastive"]
+        }
+
+        fn coupling(&self) -> Coupling {
+            if self.cached {
+                Coupling::Embeddings
+            } else {
+                Coupling::PerExample
+            }
+        }
+
+        fn networks(&self, device: &Device) -> TwoTowers {
+            TwoTowers {
+                audio: LinearConfig::new(8, 4).init(device),
+                text: LinearConfig::new(6, 4).init(device),
+                log_scale: Param::from_tensor(Tensor::from_data(
+                    TensorData::new(vec![2.0f32], [1]),
+                    device,
+                )),
+            }
+        }
+
+        fn examples_in(&self, batch: &Pairs) -> usize {
+            batch.0.dims()[0]
+        }
+
+        fn measuring_batch(&self, examples: usize, device: &Device) -> Pairs {
+            let normal = Distribution::Normal(0.0, 1.0);
+            Pairs(
+                Tensor::random([examples, 8], normal, device),
+                Tensor::random([examples, 6], normal, device),
+            )
+        }
+
+        fn embed(
+            &self,
+            networks: &TwoTowers,
+            _: usize,
+            batch: Pairs,
+            _: StepContext,
+        ) -> Option<Tensor<2>> {
+            let audio = unit(networks.audio.forward(batch.0));
+            let text = unit(networks.text.forward(batch.1));
+            Some(Tensor::cat(vec![audio, text], 1))
+        }
+
+        fn loss_of_embeddings(
+            &self,
+            networks: &TwoTowers,
+            _: usize,
+            embeddings: Tensor<2>,
+        ) -> Option<StepLoss> {
+            let n = embeddings.dims()[0];
+            let audio = embeddings.clone().narrow(1, 0, 4);
+            let text = embeddings.narrow(1, 4, 4);
+            let scale = networks.log_scale.val().exp().reshape([1, 1]);
+            let logits = audio.matmul(text.transpose()) * scale;
+            let own = Tensor::<1, Int>::arange(0..n as i64, &logits.device()).reshape([n, 1]);
+            let by_audio = log_softmax(logits.clone(), 1).gather(1, own.clone());
+            let by_text = log_softmax(logits.transpose(), 1).gather(1, own);
+            let total = (by_audio.mean() + by_text.mean()).div_scalar(-2.0);
+            Some(StepLoss {
+                reported: total.clone(),
+                total,
+            })
+        }
+
+        fn loss(
+            &self,
+            networks: &TwoTowers,
+            phase: usize,
+            batch: Pairs,
+            context: StepContext,
+        ) -> StepLoss {
+            let embedded = self.embed(networks, phase, batch, context).unwrap();
+            self.loss_of_embeddings(networks, phase, embedded).unwrap()
+        }
+
+        fn parameters(&self) -> u64 {
+            (8 * 4 + 4 + 6 * 4 + 4 + 1) as u64
+        }
+
+        fn step_memory(&self, _: BackendKind, _: Precision, _: usize) -> AnalyticStep {
+            AnalyticStep::default()
+        }
+    }
+
+    /// The parameters after one SGD step over `pairs` cut into micro-batches of `cut`.
+    fn stepped(task: &Contrastive, start: &TwoTowers, pairs: &Pairs, cut: usize) -> Vec<f32> {
+        let n = task.examples_in(pairs);
+        let batches: Vec<Pairs> = (0..n / cut)
+            .map(|i| {
+                Pairs(
+                    pairs.0.clone().narrow(0, i * cut, cut),
+                    pairs.1.clone().narrow(0, i * cut, cut),
+                )
+            })
+            .collect();
+        let device = pairs.0.device();
+        let mut meter = MemoryMeter::new(BackendKind::Flex, &device);
+        let settings = StepSettings {
+            step_examples: n,
+            lr: 0.5,
+            clip_norm: None,
+            warming_up: false,
+            precision: Precision::F32,
+        };
+        // Plain SGD: the parameters move by the gradient itself, so equal parameters are
+        // equal gradients.
+        let (next, _) = block_on(optimizer_step(
+            task,
+            start.clone(),
+            &mut SgdConfig::new().init(),
+            batches,
+            settings,
+            &mut meter,
+        ))
+        .unwrap();
+        flat_parameters(&next)
+    }
+
+    fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f32::max)
+    }
+
+    #[test]
+    fn cached_micro_batches_step_as_the_whole_batch_and_plain_accumulation_does_not() {
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        device.seed(17);
+        let cached = Contrastive { cached: true };
+        let start = cached.networks(&device);
+        let pairs = cached.measuring_batch(16, &device);
+        let whole = stepped(&cached, &start, &pairs, 16);
+        let moved = largest_difference(&whole, &flat_parameters(&start));
+        assert!(
+            moved > 1e-3,
+            "the whole step moved the parameters by {moved}"
+        );
+        for cut in [8, 4, 1] {
+            let worst = largest_difference(&whole, &stepped(&cached, &start, &pairs, cut));
+            assert!(worst < 1e-5, "cached in micro-batches of {cut}: {worst}");
+        }
+        // The same loss accumulated micro-batch by micro-batch: each sees 3 negatives, not
+        // 15, and its gradient is another function's.
+        let plain = Contrastive { cached: false };
+        let accumulated = stepped(&plain, &start, &pairs, 4);
+        let worst = largest_difference(&whole, &accumulated);
+        assert!(
+            worst > 100.0 * 1e-5,
+            "plain accumulation came within {worst}"
+        );
+    }
+}
