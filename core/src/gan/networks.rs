@@ -22,6 +22,7 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 
 use super::GanShape;
+use crate::model::cpu_forms;
 
 /// Power iterations per spectral norm: enough, from a fixed start, for the largest singular
 /// value of these weights to a few percent (see [`spectral_norm`]).
@@ -103,7 +104,14 @@ impl Upsample {
     }
 
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        relu(self.norm.forward(self.conv.forward(x)))
+        let up = if cpu_forms::is_cpu(&x.device()) {
+            // On the CPU Headroom's transposed convolution (flex's unfolded-gradient
+            // kernel, one GEMM per sample each way); elsewhere burn's.
+            cpu_forms::up(&self.conv, x, false)
+        } else {
+            self.conv.forward(x)
+        };
+        relu(self.norm.forward(up))
     }
 }
 
@@ -176,7 +184,12 @@ impl Generator {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        let x = self.out.forward(x);
+        // One output channel: on the CPU every tap's product at once (`conv_by_taps`).
+        let x = if cpu_forms::is_cpu(&x.device()) {
+            cpu_forms::conv(&self.out, x, false)
+        } else {
+            self.out.forward(x)
+        };
         if x.dims()[2..] == [self.mels, self.frames] {
             x
         } else {
@@ -213,6 +226,12 @@ impl NormalisedConv {
         let [o, i, kh, kw] = weight.dims();
         let sigma = spectral_norm(weight.clone().reshape([o, i * kh * kw]));
         let weight = weight / sigma.reshape([1, 1, 1, 1]);
+        // On flex Headroom's convolution kernel (its weight gradient one GEMM per sample
+        // over the positions, where burn's is a convolution with 16 rows); elsewhere burn's.
+        #[cfg(feature = "flex")]
+        if crate::model::cpu_kernels::runs_on(&x.device()) {
+            return crate::model::cpu_kernels::conv(x, weight, self.bias.val(), 2, 1, false);
+        }
         conv2d(
             x,
             weight,
