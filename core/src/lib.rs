@@ -10,6 +10,7 @@ pub mod budget;
 pub mod checkpoint;
 pub mod classifier;
 pub mod config;
+pub mod contrastive;
 pub mod data;
 pub mod eval;
 pub mod events;

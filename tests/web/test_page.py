@@ -352,6 +352,49 @@ def test_recogniser_equals_native_and_reports_cer(base: str, trainer_cli: str):
           f"{[n['loss'] for n in native]}; CER/WER {[rows[k]['values'] for k in rows]}")
 
 
+def test_gan_equals_native_and_shows_its_grid(base: str, trainer_cli: str):
+    """The GAN in the page on the CPU: each phase's loss at the first step is native flex's
+    for the same seed and split (the same parameters, sums in another order), and at the
+    next within 1e-3 (after one Adam step, whose first update is about the learning rate
+    whatever a gradient's size, the order's differences move the parameters themselves;
+    the generator's loss is a mean of scores that nearly cancel); the run ends with the
+    picture of generated patches (a row per machine), drawn from the event and shown in the
+    window."""
+    steps, seed = 2, 7
+    split = "plan=0&batch=4&patches=2&accumulation=1"
+    events, browser = run_page(
+        f"{base}?start=1&backend=cpu&model=spec-gan&steps={steps}&seed={seed}&eval=0&{split}",
+        webgpu=False, timeout=600,
+    )
+    try:
+        pictures = of(events, "picture")
+        assert pictures, f"no picture: {[e['event'] for e in events]}"
+        last = pictures[-1]
+        picture = last["picture"]
+        assert picture["width"] * picture["height"] == len(picture["pixels"]) > 0, last["about"]
+        assert len(set(picture["pixels"])) > 2, "a picture of one or two grey levels"
+        wait_shown(browser, f"Step {last['step']}: a row per machine", 30)
+    finally:
+        browser.close()
+    page = of(events, "step")
+    with tempfile.TemporaryDirectory() as out:
+        native = native_steps(trainer_cli, [
+            "--out", out, "--model", "spec-gan", "--backend", "flex", "--steps", str(steps),
+            "--seed", str(seed), "--no-eval", "--no-plan", "--batch-size", "4",
+            "--n-patches", "2", "--gradient-accumulation-steps", "1"])
+    assert len(page) == len(native) == steps, (page, native)
+    for p, n in zip(page, native):
+        got = [(ph["phase"], ph["loss"]) for ph in p["phases"]]
+        expected = [(ph["phase"], ph["loss"]) for ph in n["phases"]]
+        assert [g[0] for g in got] == [e[0] for e in expected] == ["discriminator", "generator"]
+        for (phase, a), (_, b) in zip(got, expected):
+            close = (math.isclose(a, b, rel_tol=1e-4) if p["step"] == 1
+                     else math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-3))
+            assert close, f"step {p['step']} {phase}: page {a}, native {b}"
+    print(f"gan: page phases {[[ph['loss'] for ph in p['phases']] for p in page]}, native "
+          f"{[[ph['loss'] for ph in n['phases']] for n in native]}")
+
+
 def test_user_folder_trains_as_native(base: str, trainer_cli: str):
     """A folder of WAV recordings in the DCASE layout, picked in the page: its features are
     computed in WebAssembly by the native code, so the first steps' losses are those of
@@ -504,6 +547,8 @@ def main():
         "cpu_pause_resume_and_stop": lambda: test_cpu_pause_resume_and_stop(base),
         "recogniser_equals_native_and_reports_cer":
             lambda: test_recogniser_equals_native_and_reports_cer(base, args.trainer_cli),
+        "gan_equals_native_and_shows_its_grid":
+            lambda: test_gan_equals_native_and_shows_its_grid(base, args.trainer_cli),
         "user_folder_trains_as_native":
             lambda: test_user_folder_trains_as_native(base, args.trainer_cli),
         "checkpoint_resumes_in_trainer_cli_and_in_the_page":

@@ -12,6 +12,7 @@ mod trainer;
 
 use crate::classifier::ClassifierConfig;
 use crate::config::TrainConfig;
+use crate::contrastive::ContrastiveConfig;
 use crate::gan::GanConfig;
 use crate::model::{
     DcaseAeConfig, IdClassifierConfig, ModelError, ModelInfo, ModelSpec, NamedConfig,
@@ -59,6 +60,7 @@ built_in_tasks![
     AsrConfig,
     GanConfig,
     ClassifierConfig,
+    ContrastiveConfig,
 ];
 
 /// Runs `action` with the built-in task `spec` names, its saved configuration read.

@@ -29,7 +29,7 @@ use crate::task::{StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
 pub use corpus::SpeechFiles;
-pub use data::SpeechData;
+pub use data::{HeldOut, SpeechData};
 pub use decode::collapse;
 
 /// A recogniser run: its sizes, its features, its loss, its corpus and, once the train
@@ -103,7 +103,7 @@ impl Default for AsrConfig {
 impl AsrConfig {
     /// Tokens the networks predict: the vocabulary's, or the built-in corpus's alphabet
     /// before the data is read.
-    fn tokens(&self) -> usize {
+    pub(crate) fn tokens(&self) -> usize {
         self.vocabulary.as_ref().map_or(
             headroom_datasets::speech::synthetic::LETTERS.len() + 1 + 2,
             Vocabulary::len,

@@ -22,6 +22,8 @@ use crate::train::{TaskData, TrainError};
 
 mod run_task;
 
+pub use run_task::HeldOut;
+
 /// 25 ms windows (512 samples at 16 kHz) every 10 ms: the frames ASR toolkits use.
 const HOP_S: f64 = 0.01;
 

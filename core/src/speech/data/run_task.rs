@@ -108,6 +108,42 @@ impl SpeechData {
     }
 }
 
+/// A held-out split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldOut {
+    Validation,
+    Test,
+}
+
+impl SpeechData {
+    /// The utterances of a held-out split with their transcripts' tokens, in the micro-batches
+    /// `batches` makes of their lengths, shortest first: what a task other than the
+    /// recogniser (a contrastive model of utterances and transcripts) measures on them. A
+    /// recording that cannot be read fails the split, or with bad files left out is named in
+    /// `skipped`; a transcript with characters the vocabulary lacks fails it, named.
+    pub(crate) fn held_out_batches(
+        &self,
+        split: HeldOut,
+        batches: &EvalBatches,
+        device: &Device,
+        skipped: &mut Vec<String>,
+    ) -> Result<Vec<crate::model::asr::Utterances>, TrainError> {
+        let vocabulary = self.vocabulary()?;
+        let held = match split {
+            HeldOut::Validation => &self.validation,
+            HeldOut::Test => &self.test,
+        };
+        self.held_out(held, batches, skipped)?
+            .iter()
+            .map(|part| {
+                let picked: Vec<(&Held, &Spectrogram)> =
+                    part.iter().map(|(h, s)| (*h, &**s)).collect();
+                self.batch(&picked, Some(vocabulary), device)
+            })
+            .collect()
+    }
+}
+
 /// What greedy decoding scored on a split, each way.
 #[derive(Debug, Default)]
 struct Scored {
