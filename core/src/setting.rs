@@ -54,6 +54,8 @@ pub enum Setting {
     Generator,
     /// The share of a classifier's train patches that are generated.
     GeneratedShare,
+    /// Which pairs a contrastive model's pairs are contrasted with.
+    Negatives,
     /// One machine type of the dataset's folder.
     MachineType,
     /// The mel bands of the recordings' features.
@@ -104,6 +106,7 @@ impl Setting {
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",
             Setting::GeneratedShare => "the share of generated patches",
+            Setting::Negatives => "the negatives",
             Setting::MachineType => "the machine type",
             Setting::NMels => "the mel bands",
             Setting::Steps => "the steps",

@@ -45,6 +45,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",
         Setting::GeneratedShare => "--generated-share",
+        Setting::Negatives => "--negatives",
         Setting::MachineType => "--machine-type",
         Setting::NMels => "--n-mels",
         Setting::Steps => "--steps",

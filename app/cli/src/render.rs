@@ -314,7 +314,10 @@ fn describe_run(info: &RunInfo) -> String {
         info.parameters,
         info.precision,
         if info.checkpointing { "on" } else { "off" },
-        effective_batch(info),
+        match &info.step_words {
+            Some(words) => format!("{}\n{words}", effective_batch(info)),
+            None => effective_batch(info),
+        },
         info.steps_per_epoch,
         info.total_steps,
         info.start_step,

@@ -67,6 +67,7 @@ impl TrainArgs {
             asr_size: self.asr_size.map(Into::into),
             gan_size: self.gan_size.map(Into::into),
             classifier: self.classifier.spec(),
+            negatives: self.classifier.negatives.map(Into::into),
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: SplitSpec {
                 stride: self.stride,
@@ -99,6 +100,7 @@ impl PlanArgs {
             asr_size: self.asr_size.map(Into::into),
             gan_size: self.gan_size.map(Into::into),
             classifier: self.classifier.spec(),
+            negatives: self.classifier.negatives.map(Into::into),
             ..RunSpec::default()
         })
     }

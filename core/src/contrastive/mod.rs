@@ -29,6 +29,19 @@ use crate::train::BuiltIn;
 
 pub use networks::PairNetworks;
 
+/// Which pairs are each pair's negatives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Negatives {
+    /// Every other pair of the optimizer step, whatever the micro-batch (gradient caching).
+    #[default]
+    Step,
+    /// Only the other pairs of the pair's micro-batch: plain accumulation of each
+    /// micro-batch's loss, as seed 003 trained at batch 16 x 8. Another loss than the
+    /// step's: each pair sees micro-batch - 1 negatives.
+    MicroBatch,
+}
+
 /// A contrastive run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContrastiveConfig {
@@ -40,6 +53,8 @@ pub struct ContrastiveConfig {
     pub text_layers: usize,
     /// The shared space's width.
     pub width: usize,
+    #[serde(default)]
+    pub negatives: Negatives,
 }
 
 impl Default for ContrastiveConfig {
@@ -54,6 +69,7 @@ impl Default for ContrastiveConfig {
             },
             text_layers: 2,
             width: 64,
+            negatives: Negatives::Step,
         }
     }
 }
@@ -103,7 +119,11 @@ impl TrainingTask for ContrastiveConfig {
     }
 
     fn coupling(&self) -> Coupling {
-        Coupling::Embeddings
+        match self.negatives {
+            Negatives::Step => Coupling::Embeddings,
+            // Each micro-batch's loss alone, accumulated: what plain accumulation does.
+            Negatives::MicroBatch => Coupling::PerExample,
+        }
     }
 
     fn cut_into_patches(&self) -> bool {

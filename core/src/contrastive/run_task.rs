@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 
 use super::retrieval::{self, Recall};
-use super::{ContrastiveConfig, PairNetworks};
+use super::{ContrastiveConfig, Negatives, PairNetworks};
 use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
 use crate::events::{Results, ResultsRow};
@@ -33,6 +33,39 @@ impl RunTask for ContrastiveConfig {
     fn for_data(mut self, data: &SpeechData) -> Result<Self, TrainError> {
         self.speech = self.speech.for_data(data)?;
         Ok(self)
+    }
+
+    /// How many negatives each pair sees: the step's, or with plain accumulation only its
+    /// micro-batch's.
+    fn step_words(&self, config: &TrainConfig) -> Option<String> {
+        let step = config.effective_batch();
+        let largest = config
+            .length_buckets
+            .as_ref()
+            .map_or(config.micro_batch, |b| {
+                b.buckets.iter().map(|b| b.examples).max().unwrap_or(1)
+            })
+            .min(step);
+        Some(match self.negatives {
+            Negatives::Step => format!(
+                "Negatives: each pair is contrasted with the other {} pairs of its step, \
+                 however the step is cut (gradient caching)",
+                step.saturating_sub(1)
+            ),
+            Negatives::MicroBatch if largest < step => format!(
+                "Negatives: each pair is contrasted only with the other pairs of its \
+                 micro-batch (at most {} of the step's {}): plain accumulation, a loss other \
+                 than the step's; --negatives step gives each pair all {}",
+                largest.saturating_sub(1),
+                step.saturating_sub(1),
+                step.saturating_sub(1)
+            ),
+            Negatives::MicroBatch => format!(
+                "Negatives: each pair is contrasted with the other {} pairs of its step (the \
+                 whole step is one micro-batch)",
+                step.saturating_sub(1)
+            ),
+        })
     }
 
     /// The InfoNCE loss over the whole validation split at once: every pair against every

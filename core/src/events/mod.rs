@@ -166,6 +166,10 @@ pub struct RunInfo {
     /// (then `micro_batch` is the longest bucket's, `accumulation` the most a step takes).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub length_buckets: Option<crate::lengths::LengthBuckets>,
+    /// What a step of this split means for the task, where the split changes what its loss
+    /// computes (a contrastive model's negatives per pair).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub step_words: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,7 @@ use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
 use crate::classifier::{ClassifierArch, ClassifierConfig, DEFAULT_SHARE, GeneratedPatches};
 use crate::config::{DatasetSource, RunLength, TrainConfig};
+use crate::contrastive::{ContrastiveConfig, Negatives};
 use crate::gan::{GanConfig, GanSize};
 use crate::model::{DefaultBatch, ModelConfig, ModelError, VqAutoencoderConfig};
 use crate::plan::{Fixed, Planning, RequestError};
@@ -29,6 +30,7 @@ use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
 const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
 const GAN: &str = <GanConfig as crate::model::NamedConfig>::NAME;
 const CLASSIFIER: &str = <ClassifierConfig as crate::model::NamedConfig>::NAME;
+const CONTRASTIVE: &str = <ContrastiveConfig as crate::model::NamedConfig>::NAME;
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -56,6 +58,8 @@ pub struct RunSpec {
     pub gan_size: Option<GanSize>,
     /// The classifier's network and the generated patches it mixes in.
     pub classifier: ClassifierSpec,
+    /// A contrastive model's negatives.
+    pub negatives: Option<Negatives>,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -88,6 +92,7 @@ impl Default for RunSpec {
             asr_size: None,
             gan_size: None,
             classifier: ClassifierSpec::default(),
+            negatives: None,
         }
     }
 }
@@ -198,6 +203,8 @@ pub enum SpecError {
         setting: Setting,
         model: String,
     },
+    /// The negatives of a contrastive model for another model.
+    ForContrastive(String),
     /// A share of generated patches without a generator, or outside (0, 1].
     GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
@@ -249,6 +256,12 @@ impl Described for SpecError {
                 "{} is for {}; {} does not take it",
                 words.setting(*setting),
                 words.given(Setting::Model, CLASSIFIER),
+                words.given(Setting::Model, model)
+            ),
+            SpecError::ForContrastive(model) => format!(
+                "{} is for {}; {} does not take it",
+                words.setting(Setting::Negatives),
+                words.given(Setting::Model, CONTRASTIVE),
                 words.given(Setting::Model, model)
             ),
             SpecError::GeneratedShare(None) => format!(
@@ -358,6 +371,7 @@ impl RunSpec {
             crate::registry::configure(&mut c, name)?;
             self.gan_into(&mut c)?;
             self.classifier_into(&mut c)?;
+            self.negatives_into(&mut c)?;
             let mels = c.dataset.mels();
             if let Some(asked) = self.data.n_mels
                 && asked != mels
@@ -373,6 +387,7 @@ impl RunSpec {
             // The default model takes no GAN size: said as for any other model.
             self.gan_into(&mut c)?;
             self.classifier_into(&mut c)?;
+            self.negatives_into(&mut c)?;
         }
         self.recogniser_into(&mut c)?;
         let split = &self.split;
@@ -425,6 +440,22 @@ impl RunSpec {
             ..c.model.config()?
         };
         crate::train::BuiltIn::configure(&task, c);
+        Ok(())
+    }
+
+    /// Gives `c`'s contrastive model the negatives asked for; only it takes them.
+    fn negatives_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
+        let Some(negatives) = self.negatives else {
+            return Ok(());
+        };
+        if self.model_name() != CONTRASTIVE {
+            return Err(SpecError::ForContrastive(self.model_name().to_string()));
+        }
+        let task = ContrastiveConfig {
+            negatives,
+            ..c.model.config()?
+        };
+        c.model = crate::model::ModelSpec::of(&task);
         Ok(())
     }
 

@@ -238,6 +238,7 @@ impl<T: RunTask> TaskTrainer<T> {
             budget_bytes: self.meter.budget().and_then(Budget::bytes),
             predicted_peak_bytes: self.plan.as_ref().map(|p| p.predicted_peak_bytes),
             length_buckets: c.length_buckets.clone(),
+            step_words: self.task.step_words(c),
         }
     }
 

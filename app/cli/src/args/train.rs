@@ -198,6 +198,28 @@ pub struct ClassifierArgs {
     /// at most 1 (with --generator) [default: 0.5].
     #[arg(long)]
     pub generated_share: Option<f64>,
+    /// A contrastive model's negatives (with --model speech-clap): step, every other pair
+    /// of the optimizer step whatever the micro-batch (gradient caching); micro-batch, only
+    /// the pair's own micro-batch's, as plain accumulation gives [default: step].
+    #[arg(long, value_enum)]
+    pub negatives: Option<NegativesArg>,
+}
+
+/// A contrastive model's negatives, as `--negatives` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NegativesArg {
+    Step,
+    MicroBatch,
+}
+
+impl From<NegativesArg> for headroom_core::contrastive::Negatives {
+    fn from(negatives: NegativesArg) -> Self {
+        use headroom_core::contrastive::Negatives;
+        match negatives {
+            NegativesArg::Step => Negatives::Step,
+            NegativesArg::MicroBatch => Negatives::MicroBatch,
+        }
+    }
 }
 
 impl ClassifierArgs {

@@ -80,6 +80,13 @@ pub trait RunTask: TrainingTask + NamedConfig + Sync {
         Box::pin(async { Ok(None) })
     }
 
+    /// What a step of `config`'s split means for the task, in a sentence, where the split
+    /// changes what its loss computes (a contrastive loss's negatives); `None` (the
+    /// default): a step is its examples, however cut.
+    fn step_words(&self, _config: &TrainConfig) -> Option<String> {
+        None
+    }
+
     /// What the run is measured by on its test split, without autodiff (`device`), in
     /// `batches`; `skipped` lists files already left out.
     fn evaluate<'a>(
