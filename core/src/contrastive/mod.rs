@@ -195,6 +195,17 @@ impl TrainingTask for ContrastiveConfig {
         self.speech.parameters() + self.beside_audio()
     }
 
+    /// Both embeddings of every pair and their gradients (f32), and the loss's scores of
+    /// every pair against every other: the scores, each way's log-softmax and their
+    /// gradients, six `n x n` matrices.
+    fn cache_bytes(&self, step_examples: usize) -> u64 {
+        if self.negatives != Negatives::Step {
+            return 0;
+        }
+        let n = step_examples as u64;
+        4 * (2 * n * 2 * self.width as u64 + 6 * n * n)
+    }
+
     /// The audio encoder's account (the larger part), the text tower's weights beside it,
     /// and the step's cache: both embeddings of every pair and their gradients.
     fn step_memory(

@@ -12,6 +12,7 @@ use crate::data::LoaderOptions;
 use crate::events::{Results, ResultsRow};
 use crate::readback::{self, LocalFuture};
 use crate::speech::{HeldOut, SpeechData};
+use crate::task::TrainingTask;
 use crate::train::{EvalBatches, Evaluation, RunTask, TrainError};
 
 /// The ks retrieval recall is measured at.
@@ -47,9 +48,16 @@ impl RunTask for ContrastiveConfig {
             })
             .min(step);
         Some(match self.negatives {
-            Negatives::Step => format!(
+            Negatives::Step if largest < step => format!(
                 "Negatives: each pair is contrasted with the other {} pairs of its step, \
-                 however the step is cut (gradient caching)",
+                 however the step is cut (gradient caching; its cache and the step's loss \
+                 hold {})",
+                step.saturating_sub(1),
+                crate::size::human(self.cache_bytes(step))
+            ),
+            Negatives::Step => format!(
+                "Negatives: each pair is contrasted with the other {} pairs of its step (the \
+                 whole step is one micro-batch)",
                 step.saturating_sub(1)
             ),
             Negatives::MicroBatch if largest < step => format!(

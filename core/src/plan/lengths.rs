@@ -97,7 +97,9 @@ pub async fn prepare<T: TrainingTask>(
 ) -> Result<Prepared, PlanningError> {
     let longest = lengths.iter().copied().max().unwrap_or(1);
     let effective_batch = request.effective_batch.max(1);
-    let gradient_bytes = task.parameters() * 4;
+    // What a step of several micro-batches holds beside one micro-batch's step: the summed
+    // gradients and, for a step cut by gradient caching, its cache.
+    let gradient_bytes = task.parameters() * 4 + task.cache_bytes(effective_batch);
     let mut measurements = calibrate(target, task, longest).await?;
     // After calibrating, as `super::prepare` reads it: what the process set up in its
     // first steps is in use for its life, and the measured steps start from it.

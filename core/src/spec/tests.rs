@@ -245,6 +245,27 @@ fn the_classifier_takes_its_network_and_generator_and_no_other_model_does() {
 }
 
 #[test]
+fn negatives_are_the_contrastive_models_alone() {
+    use crate::contrastive::{ContrastiveConfig, Negatives};
+    let spec = |model: &str| RunSpec {
+        model: Some(model.into()),
+        negatives: Some(Negatives::MicroBatch),
+        ..RunSpec::default()
+    };
+    let task: ContrastiveConfig = spec("speech-clap")
+        .train_config(flex())
+        .unwrap()
+        .model
+        .config()
+        .unwrap();
+    assert_eq!(task.negatives, Negatives::MicroBatch);
+    assert_eq!(
+        spec("asr-transformer").train_config(flex()),
+        Err(SpecError::ForContrastive("asr-transformer".into()))
+    );
+}
+
+#[test]
 fn without_the_planner_there_is_no_request_and_no_effective_batch() {
     let mut spec = RunSpec {
         planner: false,

@@ -145,6 +145,14 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
         None
     }
 
+    /// For a task of [`Coupling::Embeddings`]: the bytes a step of `step_examples` cut into
+    /// several micro-batches holds beside one micro-batch's step, the cache (every example's
+    /// embedding and its gradient) and the loss over all of them. 0 (the default) for any
+    /// other task.
+    fn cache_bytes(&self, _step_examples: usize) -> u64 {
+        0
+    }
+
     /// The gradients phase `phase` applies, taken from everything its loss reached: by
     /// default every parameter's (one network). A task of several networks keeps the
     /// phase's network's own (`GradientsParams::from_module(grads, &networks.part)`).
