@@ -212,6 +212,8 @@ impl Session {
                         buckets.words()
                     ));
                 }
+                // What the split changes in the loss (a contrastive model's negatives).
+                self.log.extend(info.step_words.iter().cloned());
                 self.info = Some(info.clone());
             }
             Event::Recovery(r) => {
@@ -401,6 +403,43 @@ mod tests {
             session.phase_losses,
             vec![("generator".to_string(), vec![[1.0, 2.0], [2.0, 1.5]])]
         );
+    }
+
+    #[test]
+    fn what_a_split_changes_in_the_loss_is_said_in_the_log() {
+        let info = |step_words: Option<&str>| {
+            let mut session = Session::starting();
+            session.apply(&Event::Config(headroom_core::events::RunInfo {
+                model: "speech-clap".into(),
+                backend: "flex".into(),
+                device: "CPU".into(),
+                micro_batch: 16,
+                accumulation: 8,
+                n_patches: 1,
+                stride: 1,
+                effective_batch: 128,
+                total_steps: 10,
+                start_step: 0,
+                steps_per_epoch: 2,
+                lr: 1e-3,
+                seed: 42,
+                train_clips: 240,
+                validation_clips: 24,
+                test_clips: 48,
+                parameters: 1,
+                memory_source: headroom_core::memory::MemorySource::HostAllocator,
+                precision: "f32".into(),
+                checkpointing: false,
+                budget_bytes: None,
+                predicted_peak_bytes: None,
+                length_buckets: None,
+                step_words: step_words.map(Into::into),
+            }));
+            session.log
+        };
+        let said = "Negatives: each pair is contrasted with the other 127 pairs of its step";
+        assert_eq!(info(Some(said)).last().map(String::as_str), Some(said));
+        assert_eq!(info(None).len(), 1, "only the run's line");
     }
 
     #[test]
