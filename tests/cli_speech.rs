@@ -223,6 +223,39 @@ fn speech_recordings_are_refused_for_a_model_that_does_not_read_them() {
     );
 }
 
+/// The contrastive model on the same manifest: its utterances and transcripts are its pairs.
+#[test]
+fn the_contrastive_model_trains_on_a_manifest_of_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, _, _, _) = recordings(dir.path());
+    let out = dir.path().join("pairs");
+    let mut args = train_args(
+        train.to_str().unwrap(),
+        out.to_str().unwrap(),
+        &["--on-bad-file", "skip", "--negatives", "step"],
+    );
+    args[5] = "speech-clap";
+    let all = run_json(&args);
+    let dataset = &events(&all, "dataset")[0];
+    assert!(dataset["source"].as_str().unwrap().contains("train.tsv"));
+    assert_eq!(dataset["train_clips"], 15);
+    let steps = events(&all, "step");
+    assert_eq!(steps.len(), 2);
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["loss"].as_f64().is_some_and(f64::is_finite))
+    );
+    let results = events(&all, "results");
+    assert_eq!(results[0]["measures"][0], "R@1 audio to text");
+    // The recogniser's size is not the contrastive model's to take.
+    let refused = run_failing(&["train", "--model", "speech-clap", "--asr-size", "large"]);
+    assert!(
+        refused.contains("--asr-size is for --model asr-transformer"),
+        "{refused}"
+    );
+}
+
 /// `plan --what-if` for the recogniser: its steps measured at several lengths of the
 /// corpus's own utterances, then the buckets each device's budget gives those lengths.
 #[test]

@@ -243,7 +243,15 @@ impl Described for SpecError {
             SpecError::ForRecogniser { setting, model } => format!(
                 "{} is for {}; {} does not take it",
                 words.setting(*setting),
-                words.given(Setting::Model, RECOGNISER),
+                if *setting == Setting::SpeechTrain {
+                    format!(
+                        "{} or {}",
+                        words.given(Setting::Model, RECOGNISER),
+                        words.given(Setting::Model, CONTRASTIVE)
+                    )
+                } else {
+                    words.given(Setting::Model, RECOGNISER)
+                },
                 words.given(Setting::Model, model)
             ),
             SpecError::ForGan { setting, model } => format!(
@@ -504,9 +512,18 @@ impl RunSpec {
         let Some(&(first, _)) = asked.iter().find(|(_, given)| *given) else {
             return Ok(());
         };
-        if self.model_name() != RECOGNISER {
+        // The contrastive model reads the recogniser's recordings (utterances and their
+        // transcripts as its pairs); its towers have their own size.
+        let contrastive = self.model_name() == CONTRASTIVE;
+        if self.model_name() != RECOGNISER && !(contrastive && first == Setting::SpeechTrain) {
             return Err(SpecError::ForRecogniser {
-                setting: first,
+                setting: if contrastive { Setting::AsrSize } else { first },
+                model: self.model_name().to_string(),
+            });
+        }
+        if contrastive && self.asr_size.is_some() {
+            return Err(SpecError::ForRecogniser {
+                setting: Setting::AsrSize,
                 model: self.model_name().to_string(),
             });
         }
@@ -524,6 +541,12 @@ impl RunSpec {
             if let Some((setting, _)) = machine_sounds.iter().find(|(_, given)| *given) {
                 return Err(SpecError::SpeechWith(*setting));
             }
+        }
+        if contrastive {
+            let mut task: ContrastiveConfig = c.model.config()?;
+            task.speech.files = d.speech.clone();
+            c.model = crate::model::ModelSpec::of(&task);
+            return Ok(());
         }
         let mut task: AsrConfig = c.model.config()?;
         if let Some(files) = &d.speech {
