@@ -5,6 +5,7 @@
 //! and, for a resumed run, what it may change ([`RunSpec::resume`]); the front-ends only
 //! collect input and word core's answers. `None` everywhere: the engine's default.
 
+mod models;
 mod resume;
 
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::Target;
 use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
-use crate::classifier::{ClassifierArch, ClassifierConfig, DEFAULT_SHARE, GeneratedPatches};
+use crate::classifier::{ClassifierArch, ClassifierConfig};
 use crate::config::{DatasetSource, RunLength, TrainConfig};
 use crate::contrastive::{ContrastiveConfig, Negatives};
 use crate::gan::{GanConfig, GanSize};
@@ -448,114 +449,6 @@ impl RunSpec {
             ..c.model.config()?
         };
         crate::train::BuiltIn::configure(&task, c);
-        Ok(())
-    }
-
-    /// Gives `c`'s contrastive model the negatives asked for; only it takes them.
-    fn negatives_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
-        let Some(negatives) = self.negatives else {
-            return Ok(());
-        };
-        if self.model_name() != CONTRASTIVE {
-            return Err(SpecError::ForContrastive(self.model_name().to_string()));
-        }
-        let task = ContrastiveConfig {
-            negatives,
-            ..c.model.config()?
-        };
-        c.model = crate::model::ModelSpec::of(&task);
-        Ok(())
-    }
-
-    /// Gives `c`'s classifier the network and generated patches asked for; only the
-    /// classifier takes them.
-    fn classifier_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
-        let spec = &self.classifier;
-        let asked = [
-            (Setting::ClassifierArch, spec.arch.is_some()),
-            (Setting::Generator, spec.generator.is_some()),
-            (Setting::GeneratedShare, spec.generated_share.is_some()),
-        ];
-        let Some(&(first, _)) = asked.iter().find(|(_, given)| *given) else {
-            return Ok(());
-        };
-        if self.model_name() != CLASSIFIER {
-            return Err(SpecError::ForClassifier {
-                setting: first,
-                model: self.model_name().to_string(),
-            });
-        }
-        let share = spec.generated_share.unwrap_or(DEFAULT_SHARE);
-        if spec.generator.is_none() && spec.generated_share.is_some() {
-            return Err(SpecError::GeneratedShare(None));
-        }
-        if !(share > 0.0 && share <= 1.0) {
-            return Err(SpecError::GeneratedShare(Some(share)));
-        }
-        let mut task: ClassifierConfig = c.model.config()?;
-        given(&mut task.arch, spec.arch);
-        if let Some(generator) = &spec.generator {
-            task.generated = Some(GeneratedPatches::from(generator.clone(), share));
-        }
-        c.model = crate::model::ModelSpec::of(&task);
-        Ok(())
-    }
-
-    /// Gives `c`'s recogniser the recordings and size asked for: only the speech model takes
-    /// them, and no setting of machine sounds goes with recordings.
-    fn recogniser_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
-        let d = &self.data;
-        let asked = [
-            (Setting::SpeechTrain, d.speech.is_some()),
-            (Setting::AsrSize, self.asr_size.is_some()),
-        ];
-        let Some(&(first, _)) = asked.iter().find(|(_, given)| *given) else {
-            return Ok(());
-        };
-        // The contrastive model reads the recogniser's recordings (utterances and their
-        // transcripts as its pairs); its towers have their own size.
-        let contrastive = self.model_name() == CONTRASTIVE;
-        if self.model_name() != RECOGNISER && !(contrastive && first == Setting::SpeechTrain) {
-            return Err(SpecError::ForRecogniser {
-                setting: if contrastive { Setting::AsrSize } else { first },
-                model: self.model_name().to_string(),
-            });
-        }
-        if contrastive && self.asr_size.is_some() {
-            return Err(SpecError::ForRecogniser {
-                setting: Setting::AsrSize,
-                model: self.model_name().to_string(),
-            });
-        }
-        if d.speech.is_some() {
-            let machine_sounds = [
-                (Setting::DataRoot, d.root.is_some()),
-                (Setting::MachineType, d.machine_type.is_some()),
-                (Setting::NMels, d.n_mels.is_some()),
-                (Setting::SampleRate, d.sample_rate.is_some()),
-                (Setting::Resample, d.resample),
-                (Setting::MachineIds, d.machine_ids.is_some()),
-                (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
-                (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
-            ];
-            if let Some((setting, _)) = machine_sounds.iter().find(|(_, given)| *given) {
-                return Err(SpecError::SpeechWith(*setting));
-            }
-        }
-        if contrastive {
-            let mut task: ContrastiveConfig = c.model.config()?;
-            task.speech.files = d.speech.clone();
-            c.model = crate::model::ModelSpec::of(&task);
-            return Ok(());
-        }
-        let mut task: AsrConfig = c.model.config()?;
-        if let Some(files) = &d.speech {
-            task.files = Some(files.clone());
-        }
-        if let Some(size) = self.asr_size {
-            task.shape = size.shape();
-        }
-        c.model = crate::model::ModelSpec::of(&task);
         Ok(())
     }
 
