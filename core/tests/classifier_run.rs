@@ -4,14 +4,11 @@
 //! frozen generator leaves nothing behind from step to step; bad generators are refused
 //! with words.
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
-
 use headroom_core::classifier::{ClassifierConfig, ClassifierNetworks, GeneratedPatches};
 use headroom_core::events::Event;
 use headroom_core::gan::{GanConfig, GanShape};
 use headroom_core::memory::alloc::CountingAllocator;
-use headroom_core::model::{ModelSpec, PatchShape};
+use headroom_core::model::{ModelSpec, PatchShape, flat_parameters, largest_difference};
 use headroom_core::train::{DatasetSource, Evaluation};
 use headroom_core::{BackendKind, RunLength, RunOptions, TaskTrainer, TrainConfig};
 use headroom_datasets::SyntheticConfig;
@@ -89,27 +86,6 @@ fn classifier(gan_dir: Option<&std::path::Path>, share: f64) -> ModelSpec {
     })
 }
 
-fn values<M: Module>(network: &M) -> Vec<f32> {
-    struct Collect(Vec<f32>);
-    impl ModuleVisitor for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let data = param.val().into_data();
-            self.0.extend(data.try_to_vec::<f32>().unwrap_or_default());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    network.visit(&mut collect);
-    collect.0
-}
-
-fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max)
-}
-
 #[test]
 fn two_classifiers_train_side_by_side_and_resume_without_the_gans_checkpoint() {
     let _alone = alone();
@@ -162,7 +138,10 @@ fn two_classifiers_train_side_by_side_and_resume_without_the_gans_checkpoint() {
         .unwrap();
     let generator = whole.model().generator.as_ref().unwrap();
     assert_eq!(
-        largest_difference(&values(generator), &values(&gan.model.generator)),
+        largest_difference(
+            &flat_parameters(generator),
+            &flat_parameters(&gan.model.generator)
+        ),
         0.0
     );
 
@@ -211,16 +190,16 @@ fn two_classifiers_train_side_by_side_and_resume_without_the_gans_checkpoint() {
     assert_eq!(resumed.step(), 6);
     let (a, b): (&ClassifierNetworks, &ClassifierNetworks) = (whole.model(), resumed.model());
     for (name, a, b) in [
-        ("real", values(&a.real), values(&b.real)),
+        ("real", flat_parameters(&a.real), flat_parameters(&b.real)),
         (
             "real + generated",
-            values(a.mixed.as_ref().unwrap()),
-            values(b.mixed.as_ref().unwrap()),
+            flat_parameters(a.mixed.as_ref().unwrap()),
+            flat_parameters(b.mixed.as_ref().unwrap()),
         ),
         (
             "generator",
-            values(a.generator.as_ref().unwrap()),
-            values(b.generator.as_ref().unwrap()),
+            flat_parameters(a.generator.as_ref().unwrap()),
+            flat_parameters(b.generator.as_ref().unwrap()),
         ),
     ] {
         let worst = largest_difference(&a, &b);

@@ -2,14 +2,11 @@
 //! (both networks, both networks' optimizer state) ends where the uninterrupted one does,
 //! and a phase that runs out of memory is redone smaller alone.
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
-
 use headroom_core::budget::Budget;
 use headroom_core::events::{Event, StepReport};
 use headroom_core::gan::{GanConfig, GanNetworks, GanShape};
 use headroom_core::memory::alloc::CountingAllocator;
-use headroom_core::model::ModelSpec;
+use headroom_core::model::{ModelSpec, flat_parameters, largest_difference};
 use headroom_core::train::DatasetSource;
 use headroom_core::{BackendKind, RunLength, RunOptions, TaskTrainer, TrainConfig};
 use headroom_datasets::SyntheticConfig;
@@ -74,27 +71,6 @@ fn steps(events: &[Event]) -> Vec<StepReport> {
 }
 
 /// Every parameter of one network, in visiting order.
-fn values<M: Module>(network: &M) -> Vec<f32> {
-    struct Collect(Vec<f32>);
-    impl ModuleVisitor for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let data = param.val().into_data();
-            self.0.extend(data.try_to_vec::<f32>().unwrap_or_default());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    network.visit(&mut collect);
-    collect.0
-}
-
-fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max)
-}
-
 #[test]
 fn each_phase_cuts_the_step_its_own_way_and_a_resumed_run_ends_where_the_whole_one_does() {
     let _alone = alone();
@@ -154,15 +130,15 @@ fn each_phase_cuts_the_step_its_own_way_and_a_resumed_run_ends_where_the_whole_o
     for (name, a, b, start) in [
         (
             "generator",
-            values(&a.generator),
-            values(&b.generator),
-            values(&fresh.generator),
+            flat_parameters(&a.generator),
+            flat_parameters(&b.generator),
+            flat_parameters(&fresh.generator),
         ),
         (
             "discriminator",
-            values(&a.discriminator),
-            values(&b.discriminator),
-            values(&fresh.discriminator),
+            flat_parameters(&a.discriminator),
+            flat_parameters(&b.discriminator),
+            flat_parameters(&fresh.discriminator),
         ),
     ] {
         let worst = largest_difference(&a, &b);

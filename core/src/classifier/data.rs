@@ -1,28 +1,27 @@
-//! The classifier's data: the patch task's (clips by split, patches streamed as the plan
-//! splits each step, each with its machine's class) and, where generated patches are mixed
-//! in, each patch's draw: the noise its generated patch comes from and whether it replaces
-//! the real one, with probability the run's share.
-//!
-//! The draws are a function of the run's seed and the stream position of the spectrogram
-//! each patch is cut from, drawn on the host, as the GAN's noise is (`crate::gan`): the same
-//! however the plan cuts a step, and the same in a resumed run.
+//! The classifier's data: the patch task's (each patch with its machine's class) and, where
+//! generated patches are mixed in, each patch's draw: the noise its generated patch comes
+//! from and whether it replaces the real one, with probability the run's share. The draws
+//! are made on the host by stream position, as the GAN's noise is
+//! ([`crate::train::drawn`]).
+
+use std::ops::Range;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 
 use super::ClassifierConfig;
 use super::networks::{ClassifierBatch, GeneratedDraw};
 use crate::config::TrainConfig;
-use crate::data::{LoaderOptions, Normalization};
-use crate::events::DatasetReport;
 use crate::gan::data::normal;
-use crate::plan::ReadAhead;
-use crate::train::{PatchData, TaskData, TrainError};
+use crate::model::Patches;
+use crate::train::drawn::{DrawnPatches, PatchDraws, position_rng};
 
 /// The draws come from their own seed beside the run's, so that they are not the GAN's
 /// noise when both runs keep the default seed.
 const DRAW_SEED: u64 = 0x6a09_e667_f3bc_c908;
+
+/// A classifier run's data.
+pub type ClassifierData = DrawnPatches<GeneratedDraws>;
 
 /// What a patch's draw is made of.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,68 +31,28 @@ pub struct Draws {
     pub share: f64,
 }
 
-/// A classifier run's data.
-pub struct ClassifierData {
-    pub(super) patches: PatchData,
-    draws: Option<Draws>,
-    seed: u64,
-    /// Patches cut from each spectrogram of a step.
-    n_patches: usize,
-}
-
-impl ClassifierData {
-    pub(super) fn new(patches: PatchData, config: &TrainConfig) -> Self {
-        Self {
-            patches,
-            draws: None,
-            seed: config.seed,
-            n_patches: config.n_patches,
-        }
-    }
+/// The draws of a classifier run: none without a generator.
+pub struct GeneratedDraws {
+    pub seed: u64,
+    pub draws: Option<Draws>,
 }
 
 /// For each of the `n_patches` patches of the spectrogram at stream position `position`:
 /// whether it is replaced (1) or kept (0), then its `latent` noise values.
 pub fn draws_of(seed: u64, position: u64, n_patches: usize, draws: Draws) -> (Vec<f32>, Vec<f32>) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ DRAW_SEED);
-    rng.set_stream(position);
+    let mut rng = position_rng(seed ^ DRAW_SEED, position);
     let replaced = (0..n_patches)
         .map(|_| f32::from(rng.random::<f64>() < draws.share))
         .collect();
     (replaced, normal(&mut rng, n_patches * draws.latent))
 }
 
-impl TaskData for ClassifierData {
+impl PatchDraws for GeneratedDraws {
     type Batch = ClassifierBatch;
-
-    fn check(&mut self) -> Result<(), TrainError> {
-        self.patches.check()
-    }
-
-    fn train_examples(&self) -> usize {
-        self.patches.train_examples()
-    }
-
-    fn validation_examples(&self) -> usize {
-        self.patches.validation_examples()
-    }
-
-    fn test_examples(&self) -> usize {
-        self.patches.test_examples()
-    }
-
-    fn resident(&self) -> bool {
-        self.patches.resident()
-    }
-
-    fn read_ahead(&self, config: &TrainConfig, loader: &LoaderOptions) -> ReadAhead {
-        self.patches.read_ahead(config, loader)
-    }
 
     /// Draws for the generated patches of the run's task as it was sized for the data (its
     /// generator's noise size is read from the GAN's checkpoint after the data is opened).
-    fn stream(&mut self, config: &TrainConfig, loader: &LoaderOptions) {
-        self.n_patches = config.n_patches;
+    fn stream(&mut self, config: &TrainConfig) {
         self.draws = config
             .model
             .config::<ClassifierConfig>()
@@ -103,22 +62,21 @@ impl TaskData for ClassifierData {
                 latent: g.shape.latent,
                 share: g.share,
             });
-        self.patches.stream(config, loader);
     }
 
-    fn micro_batch(
-        &mut self,
-        first: u64,
-        count: usize,
+    fn batch(
+        &self,
+        real: Patches,
+        positions: Range<u64>,
+        n_patches: usize,
         device: &Device,
-    ) -> Result<ClassifierBatch, TrainError> {
-        let real = self.patches.micro_batch(first, count, device)?;
+    ) -> ClassifierBatch {
         let generated = self.draws.map(|draws| {
-            let n = count * self.n_patches;
+            let n = positions.clone().count() * n_patches;
             let mut replaced = Vec::with_capacity(n);
             let mut noise = Vec::with_capacity(n * draws.latent);
-            for position in first..first + count as u64 {
-                let (r, z) = draws_of(self.seed, position, self.n_patches, draws);
+            for position in positions {
+                let (r, z) = draws_of(self.seed, position, n_patches, draws);
                 replaced.extend(r);
                 noise.extend(z);
             }
@@ -127,26 +85,10 @@ impl TaskData for ClassifierData {
                 replaced: Tensor::from_data(TensorData::new(replaced, [n]), device),
             }
         });
-        Ok(ClassifierBatch {
+        ClassifierBatch {
             real: real.values,
             classes: real.classes,
             generated,
-        })
-    }
-
-    fn normalization(&self) -> Normalization {
-        self.patches.normalization()
-    }
-
-    fn keep_normalization(&mut self, normalization: Normalization) {
-        self.patches.keep_normalization(normalization);
-    }
-
-    fn report(&self, config: &TrainConfig, loader: &LoaderOptions) -> DatasetReport {
-        self.patches.report(config, loader)
-    }
-
-    fn skipped(&self) -> Vec<String> {
-        self.patches.skipped()
+        }
     }
 }

@@ -190,17 +190,11 @@ impl TrainingTask for ClassifierConfig {
         batch: ClassifierBatch,
         _: StepContext,
     ) -> StepLoss {
-        let total = if phase == 0 {
-            networks.real.loss(batch.real, batch.classes)
-        } else {
-            let real = || {
-                networks
-                    .real
-                    .loss(batch.real.clone(), batch.classes.clone())
-            };
-            networks
-                .mixed_loss(batch.clone(), self.renormalise())
-                .unwrap_or_else(real)
+        // The same choice of network as `phase_gradients`: phase 1 exists only beside a
+        // mixed classifier.
+        let total = match (phase, &networks.mixed) {
+            (1, Some(mixed)) => networks.mixed_loss(mixed, batch, self.renormalise()),
+            _ => networks.real.loss(batch.real, batch.classes),
         };
         StepLoss {
             reported: total.clone(),

@@ -283,15 +283,14 @@ impl ClassifierNetworks {
     /// The mixed classifier's cross-entropy on the batch with generated patches in the
     /// rows drawn for them (the real patches alone where the batch draws none); the
     /// frozen generator runs untracked, keeping nothing for backward.
-    /// `None` where the run trains no mixed classifier.
     pub fn mixed_loss(
         &self,
+        mixed: &Classifier,
         batch: ClassifierBatch,
         renormalise: Renormalise,
-    ) -> Option<Tensor<1>> {
-        let mixed = self.mixed.as_ref()?;
+    ) -> Tensor<1> {
         let (Some(generator), Some(draw)) = (&self.generator, batch.generated) else {
-            return Some(mixed.loss(batch.real, batch.classes));
+            return mixed.loss(batch.real, batch.classes);
         };
         let n = batch.classes.dims()[0];
         // Untracked parameters: a tracked generator no backward ever reaches would leave
@@ -306,6 +305,6 @@ impl ClassifierNetworks {
         let replaced = draw.replaced.reshape([n, 1, 1, 1]);
         let kept = replaced.clone().neg().add_scalar(1.0);
         let input = batch.real * kept + made * replaced;
-        Some(mixed.loss(input, batch.classes))
+        mixed.loss(input, batch.classes)
     }
 }

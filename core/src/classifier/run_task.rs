@@ -3,27 +3,21 @@
 //! split, each classifier beside the other.
 
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor, TensorData};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use burn::tensor::Device;
 
 use super::ClassifierConfig;
-use super::data::ClassifierData;
+use super::data::{ClassifierData, GeneratedDraws};
 use super::generator::FrozenGenerator;
 use super::networks::{Classifier, ClassifierNetworks};
 use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
 use crate::events::{Results, ResultsRow};
-use crate::gan::data::normal;
+use crate::gan::held_out_patches;
 use crate::readback::{self, LocalFuture};
 use crate::train::{EvalBatches, Evaluation, PatchData, RunTask, TaskData, TrainError};
 
 /// Generated patches judged per class at the end of a run.
 pub const JUDGED_PER_CLASS: usize = 64;
-/// Held-out noise for the judged patches comes from its own seed, so that none was drawn
-/// for training.
-const HELD_OUT_SEED: u64 = 0xbb67_ae85_84ca_a73b;
-
 impl RunTask for ClassifierConfig {
     type Data = ClassifierData;
 
@@ -33,7 +27,11 @@ impl RunTask for ClassifierConfig {
         loader: &LoaderOptions,
     ) -> Result<(Self, ClassifierData), TrainError> {
         let patches = PatchData::open(config, loader, self.patch)?;
-        Ok((self, ClassifierData::new(patches, config)))
+        let draws = GeneratedDraws {
+            seed: config.seed,
+            draws: None,
+        };
+        Ok((self, ClassifierData::new(patches, draws, config)))
     }
 
     /// One class per machine of the train split, at least two; with generated patches, the
@@ -122,18 +120,10 @@ impl RunTask for ClassifierConfig {
             if let (Some(generator), Some(generated)) = (&networks.generator, &self.generated) {
                 let generator = generator.valid();
                 for (class, t) in tally.iter_mut().enumerate() {
-                    let noise = held_out_noise(class, generated.shape.latent);
-                    let noise = Tensor::from_data(
-                        TensorData::new(noise, [JUDGED_PER_CLASS, generated.shape.latent]),
-                        device,
-                    );
-                    let labels = vec![class as i64; JUDGED_PER_CLASS];
-                    let labels = Tensor::<1, Int>::from_data(
-                        TensorData::new(labels, [JUDGED_PER_CLASS]),
-                        device,
-                    );
-                    let made = generator
-                        .forward(noise, labels)
+                    let judged = vec![class; JUDGED_PER_CLASS];
+                    let first = (class * JUDGED_PER_CLASS) as u64;
+                    let latent = generated.shape.latent;
+                    let made = held_out_patches(&generator, latent, &judged, first, device)
                         .mul_scalar(generated.renormalise.scale)
                         .add_scalar(generated.renormalise.shift);
                     let logits = readback::floats(real.logits(made)).await?;
@@ -185,13 +175,6 @@ fn argmax<T: PartialOrd + Copy>(values: &[T]) -> usize {
         }
     }
     best
-}
-
-/// The judged patches' noise for `class`: the same every time a run is evaluated.
-fn held_out_noise(class: usize, latent: usize) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(HELD_OUT_SEED);
-    rng.set_stream(class as u64);
-    normal(&mut rng, JUDGED_PER_CLASS * latent)
 }
 
 impl ClassifierConfig {

@@ -34,8 +34,9 @@ use crate::precision::Precision;
 use crate::task::{StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
-pub use data::GanData;
+pub use data::{GanData, GanNoise};
 pub use networks::{GanBatch, GanNetworks};
+pub use run_task::held_out_patches;
 
 /// The networks' sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

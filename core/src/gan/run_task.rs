@@ -5,7 +5,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use headroom_datasets::Label;
 
-use super::data::{GanData, noise_of};
+use super::data::{GanData, GanNoise, noise_of};
 use super::networks::{GanNetworks, Generator};
 use super::quality::{self, ClassQuality};
 use super::{GanConfig, grid};
@@ -28,7 +28,11 @@ impl RunTask for GanConfig {
         loader: &LoaderOptions,
     ) -> Result<(Self, GanData), TrainError> {
         let patches = PatchData::open(config, loader, self.patch())?;
-        let data = GanData::new(patches, config, self.shape.latent);
+        let noise = GanNoise {
+            latent: self.shape.latent,
+            seed: config.seed,
+        };
+        let data = GanData::new(patches, noise, config);
         Ok((self, data))
     }
 
@@ -182,8 +186,7 @@ impl GanConfig {
         Ok(quality::compare(&real, &generated, self.classes()))
     }
 
-    /// Patches of `classes` from held-out noise, the `i`th from draw `first + i`: the same
-    /// patches every time the same networks are judged.
+    /// Patches of `classes` from held-out noise (see [`held_out_patches`]).
     pub fn generate(
         &self,
         generator: &Generator,
@@ -191,15 +194,7 @@ impl GanConfig {
         first: u64,
         device: &Device,
     ) -> Tensor<4> {
-        let (n, latent) = (classes.len(), self.shape.latent);
-        let mut noise = Vec::with_capacity(n * latent);
-        for i in 0..n as u64 {
-            noise.extend_from_slice(&noise_of(HELD_OUT_SEED, first + i, 1, latent)[..latent]);
-        }
-        let noise = Tensor::from_data(TensorData::new(noise, [n, latent]), device);
-        let labels: Vec<i64> = classes.iter().map(|&c| c as i64).collect();
-        let labels = Tensor::<1, Int>::from_data(TensorData::new(labels, [n]), device);
-        generator.forward(noise, labels)
+        held_out_patches(generator, self.shape.latent, classes, first, device)
     }
 
     fn results(&self, classes: &[ClassQuality], split: &str, skipped: Vec<String>) -> Results {
@@ -254,4 +249,25 @@ impl GanConfig {
             skipped,
         }
     }
+}
+
+/// Patches of `classes` from held-out noise of `latent` values, the `i`th from draw
+/// `first + i`: the same patches every time the same networks are judged, by the GAN's own
+/// evaluation or by a classifier it feeds.
+pub fn held_out_patches(
+    generator: &Generator,
+    latent: usize,
+    classes: &[usize],
+    first: u64,
+    device: &Device,
+) -> Tensor<4> {
+    let n = classes.len();
+    let mut noise = Vec::with_capacity(n * latent);
+    for i in 0..n as u64 {
+        noise.extend_from_slice(&noise_of(HELD_OUT_SEED, first + i, 1, latent)[..latent]);
+    }
+    let noise = Tensor::from_data(TensorData::new(noise, [n, latent]), device);
+    let labels: Vec<i64> = classes.iter().map(|&c| c as i64).collect();
+    let labels = Tensor::<1, Int>::from_data(TensorData::new(labels, [n]), device);
+    generator.forward(noise, labels)
 }

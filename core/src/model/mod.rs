@@ -29,4 +29,6 @@ pub use dcase_ae::{DcaseAe, DcaseAeConfig};
 pub use id_classifier::{IdClassifier, IdClassifierConfig};
 pub use layers::LayerForms;
 pub(crate) use layers::relu_if;
-pub use vq_patch_ae::{VqAutoencoder, VqAutoencoderConfig, VqLoss, VqOutput, flat_parameters};
+pub use vq_patch_ae::{
+    VqAutoencoder, VqAutoencoderConfig, VqLoss, VqOutput, flat_parameters, largest_difference,
+};

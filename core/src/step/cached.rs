@@ -21,8 +21,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Tensor;
 
-use super::StepError;
-use crate::memory::{MemoryMeter, MemorySource};
+use super::{StepError, sample_device_pool};
+use crate::memory::MemoryMeter;
 use crate::model::StepLoss;
 use crate::readback;
 use crate::task::{StepContext, TrainingTask};
@@ -56,7 +56,7 @@ pub async fn cached_gradients<T: TrainingTask>(
             .embed(&untracked, phase, batch, context)
             .ok_or(StepError::Coupled)?
             .detach();
-        settle_and_sample(&embedded, meter).await?;
+        sample_device_pool(&embedded.device(), meter).await?;
         meter.check()?;
         parts.push(embedded);
     }
@@ -87,7 +87,7 @@ pub async fn cached_gradients<T: TrainingTask>(
             .embed(networks, phase, batch, context)
             .ok_or(StepError::Coupled)?;
         let surrogate = (embedded.clone() * cached.clone().narrow(0, start, n)).sum();
-        settle_and_sample(&embedded, meter).await?;
+        sample_device_pool(&embedded.device(), meter).await?;
         let grads = surrogate.backward();
         readback::settle(&embedded.device()).await?;
         meter.check()?;
@@ -109,16 +109,6 @@ fn initialise<M: Module>(networks: &M) {
     networks.visit(&mut Read);
 }
 
-/// On a device pool, which keeps no high-water mark, runs the forward to `tensor` and reads
-/// the pool, so that the step's peak includes what is alive now.
-async fn settle_and_sample(tensor: &Tensor<2>, meter: &mut MemoryMeter) -> Result<(), StepError> {
-    if meter.source() == MemorySource::DevicePool {
-        readback::settle(&tensor.device()).await?;
-        meter.sample();
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     //! A contrastive step cut into micro-batches: cached, the whole step's parameters; plain
@@ -127,12 +117,11 @@ mod tests {
     use burn::module::{Module, Param};
     use burn::nn::{Linear, LinearConfig};
     use burn::optim::SgdConfig;
-    use burn::tensor::activation::log_softmax;
-    use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+    use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
     use crate::backend::BackendKind;
     use crate::memory::MemoryMeter;
-    use crate::model::{AnalyticStep, StepLoss, flat_parameters};
+    use crate::model::{AnalyticStep, StepLoss, flat_parameters, largest_difference};
     use crate::precision::Precision;
     use crate::readback::block_on;
     use crate::step::{StepSettings, optimizer_step};
@@ -150,17 +139,13 @@ mod tests {
     #[derive(Debug, Clone)]
     struct Pairs(Tensor<2>, Tensor<2>);
 
-    /// Symmetric InfoNCE over in-batch negatives; `cached` says whether it declares its
-    /// coupling through embeddings (else it claims independent examples, as plain
-    /// accumulation assumes).
+    /// A loss that couples every pair with every other (the log of the summed exponentials
+    /// of all audio-text scores: the contrastive model's InfoNCE is tested in
+    /// `crate::contrastive`); `cached` says whether it declares its coupling through
+    /// embeddings (else it claims independent examples, as plain accumulation assumes).
     #[derive(Debug, Clone)]
     struct Contrastive {
         cached: bool,
-    }
-
-    fn unit(x: Tensor<2>) -> Tensor<2> {
-        let norm = x.clone().square().sum_dim(1).sqrt().add_scalar(1e-8);
-        x / norm
     }
 
     impl TrainingTask for Contrastive {
@@ -184,7 +169,7 @@ mod tests {
                 audio: LinearConfig::new(8, 4).init(device),
                 text: LinearConfig::new(6, 4).init(device),
                 log_scale: Param::from_tensor(Tensor::from_data(
-                    TensorData::new(vec![2.0f32], [1]),
+                    TensorData::new(vec![0.0f32], [1]),
                     device,
                 )),
             }
@@ -209,8 +194,8 @@ mod tests {
             batch: Pairs,
             _: StepContext,
         ) -> Option<Tensor<2>> {
-            let audio = unit(networks.audio.forward(batch.0));
-            let text = unit(networks.text.forward(batch.1));
+            let audio = networks.audio.forward(batch.0);
+            let text = networks.text.forward(batch.1);
             Some(Tensor::cat(vec![audio, text], 1))
         }
 
@@ -220,15 +205,11 @@ mod tests {
             _: usize,
             embeddings: Tensor<2>,
         ) -> Option<StepLoss> {
-            let n = embeddings.dims()[0];
             let audio = embeddings.clone().narrow(1, 0, 4);
             let text = embeddings.narrow(1, 4, 4);
             let scale = networks.log_scale.val().exp().reshape([1, 1]);
             let logits = audio.matmul(text.transpose()) * scale;
-            let own = Tensor::<1, Int>::arange(0..n as i64, &logits.device()).reshape([n, 1]);
-            let by_audio = log_softmax(logits.clone(), 1).gather(1, own.clone());
-            let by_text = log_softmax(logits.transpose(), 1).gather(1, own);
-            let total = (by_audio.mean() + by_text.mean()).div_scalar(-2.0);
+            let total = logits.exp().sum().log();
             Some(StepLoss {
                 reported: total.clone(),
                 total,
@@ -287,13 +268,6 @@ mod tests {
         ))
         .unwrap();
         flat_parameters(&next)
-    }
-
-    fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
-        a.iter()
-            .zip(b)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0, f32::max)
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
 
 use crate::budget::OverBudget;
 use crate::memory::{MemoryMeter, MemorySource};
@@ -162,12 +162,8 @@ pub async fn micro_batch_gradients<T: TrainingTask>(
     // The loss scale is undone on the summed gradients (see `optimizer_step`).
     let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
     let device = scaled.device();
-    if meter.source() == MemorySource::DevicePool {
-        // A device pool keeps no high-water mark, and every activation is alive now: run
-        // the forward to here and read the pool, so the step's peak includes them.
-        readback::settle(&device).await?;
-        meter.sample();
-    }
+    // Every activation is alive now.
+    sample_device_pool(&device, meter).await?;
     let grads = scaled.backward();
     // cubecl reports an allocation that failed here, as an error rather than a panic later.
     readback::settle(&device).await?;
@@ -178,6 +174,19 @@ pub async fn micro_batch_gradients<T: TrainingTask>(
         total,
         reported,
     ))
+}
+
+/// On a device pool, which keeps no high-water mark, runs the work queued so far and reads
+/// the pool, so that the step's peak includes what is alive now; elsewhere nothing.
+pub(crate) async fn sample_device_pool(
+    device: &Device,
+    meter: &mut MemoryMeter,
+) -> Result<(), StepError> {
+    if meter.source() == MemorySource::DevicePool {
+        readback::settle(device).await?;
+        meter.sample();
+    }
+    Ok(())
 }
 
 /// Runs the micro-batches of one phase of a step and returns their summed gradients. Stops

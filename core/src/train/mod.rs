@@ -9,6 +9,7 @@
 //! configuration is a task ([`patches`]).
 
 mod control;
+pub mod drawn;
 mod evaluate;
 mod patches;
 mod planning;

@@ -129,5 +129,17 @@ pub fn flat_parameters<M: Module>(model: &M) -> Vec<f32> {
     collect.0
 }
 
+/// The largest absolute difference between two models' [`flat_parameters`].
+///
+/// # Panics
+/// When the two hold different numbers of values (they are not the same networks).
+pub fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "two models of different sizes");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 #[cfg(test)]
 mod tests;
