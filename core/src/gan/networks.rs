@@ -22,11 +22,13 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 
 use super::GanShape;
-use crate::model::cpu_forms;
+use crate::model::{cpu_forms, untracked};
 
 /// Power iterations per spectral norm: enough, from a fixed start, for the largest singular
 /// value of these weights to a few percent (see [`spectral_norm`]).
 const POWER_ITERATIONS: usize = 4;
+/// The discriminator's leaky ReLU's slope below zero.
+const LEAKY_SLOPE: f32 = 0.2;
 /// Stride-2 layers in each network: a patch's sides are 16 times the generator's first map.
 pub const LAYERS: usize = 4;
 
@@ -61,11 +63,10 @@ impl GanNetworks {
     }
 
     /// The discriminator phase's hinge loss: mean(relu(1 - D(real))) + mean(relu(1 +
-    /// D(G(z)))), the generated patches detached so that the generator's activations are not
-    /// kept.
+    /// D(G(z)))), the generator run untracked (as PyTorch's `no_grad`): the phase steps the
+    /// discriminator alone, and nothing of the generator's forward is kept.
     pub fn discriminator_loss(&self, batch: GanBatch) -> Tensor<1> {
-        let fake = self
-            .generator
+        let fake = untracked(&self.generator)
             .forward(batch.discriminator_noise, batch.classes.clone())
             .detach();
         let real = self
@@ -220,24 +221,27 @@ impl NormalisedConv {
         }
     }
 
-    /// Halves the map (4 x 4, stride 2, padding 1).
+    /// Halves the map (4 x 4, stride 2, padding 1), then the leaky ReLU.
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let weight = self.weight.val();
         let [o, i, kh, kw] = weight.dims();
         let sigma = spectral_norm(weight.clone().reshape([o, i * kh * kw]));
         let weight = weight / sigma.reshape([1, 1, 1, 1]);
-        // On flex Headroom's convolution kernel (its weight gradient one GEMM per sample
-        // over the positions, where burn's is a convolution with 16 rows); elsewhere burn's.
+        // On flex Headroom's convolution kernel with the leaky ReLU in the same op (its
+        // weight gradient one GEMM per sample over the positions, where burn's is a
+        // convolution with 16 rows); elsewhere burn's.
         #[cfg(feature = "flex")]
         if crate::model::cpu_kernels::runs_on(&x.device()) {
-            return crate::model::cpu_kernels::conv(x, weight, self.bias.val(), 2, 1, false);
+            let activation = crate::model::cpu_kernels::Activation::Leaky(LEAKY_SLOPE);
+            return crate::model::cpu_kernels::conv(x, weight, self.bias.val(), 2, 1, activation);
         }
-        conv2d(
+        let y = conv2d(
             x,
             weight,
             Some(self.bias.val()),
             ConvOptions::new([2, 2], [1, 1], [1, 1], 1),
-        )
+        );
+        leaky_relu(y, LEAKY_SLOPE.into())
     }
 }
 
@@ -283,7 +287,7 @@ impl Discriminator {
     pub fn forward(&self, patches: Tensor<4>, classes: Tensor<1, Int>) -> Tensor<1> {
         let mut x = patches;
         for block in &self.blocks {
-            x = leaky_relu(block.forward(x), 0.2);
+            x = block.forward(x);
         }
         let [n, c, _, _] = x.dims();
         let features = x.sum_dim(3).sum_dim(2).reshape([n, c]);

@@ -63,7 +63,14 @@ pub fn conv(layer: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
             && layer.groups == 1
         {
             let weight = layer.weight.val();
-            return super::cpu_kernels::conv(x, weight, bias.val(), layer.stride[0], ph, relu);
+            return super::cpu_kernels::conv(
+                x,
+                weight,
+                bias.val(),
+                layer.stride[0],
+                ph,
+                super::cpu_kernels::Activation::relu_if(relu),
+            );
         }
     }
     let _ = (kh, kw);
@@ -91,7 +98,7 @@ pub fn up(layer: &ConvTranspose2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
                 bias.val(),
                 stride,
                 padding,
-                relu,
+                super::cpu_kernels::Activation::relu_if(relu),
             );
         }
     }
@@ -241,6 +248,18 @@ mod tests {
         padding: usize,
         size: [usize; 2],
     ) {
+        check_against(form, |l, x| l.forward(x), channels, stride, padding, size)
+    }
+
+    /// The same against `plain`, burn's layer and whatever follows it.
+    fn check_against(
+        form: fn(&Conv2d, Tensor<4>) -> Tensor<4>,
+        plain: fn(&Conv2d, Tensor<4>) -> Tensor<4>,
+        channels: [usize; 2],
+        stride: usize,
+        padding: usize,
+        size: [usize; 2],
+    ) {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let layer = layer(channels, stride, padding, &device);
         let x = Tensor::<4>::random(
@@ -248,7 +267,7 @@ mod tests {
             Distribution::Normal(0.0, 1.0),
             &device,
         );
-        let plain_y = layer.forward(x.clone().require_grad());
+        let plain_y = plain(&layer, x.clone().require_grad());
         let g = Tensor::<4>::random(plain_y.dims(), Distribution::Normal(0.0, 1.0), &device);
         let gradients = |y: Tensor<4>, x: &Tensor<4>| {
             let grads = (y * g.clone()).sum().backward();
@@ -275,7 +294,7 @@ mod tests {
             )
         };
         let xp = x.clone().require_grad();
-        let plain_y = layer.forward(xp.clone());
+        let plain_y = plain(&layer, xp.clone());
         let xf = x.clone().require_grad();
         let fast_y = form(&layer, xf.clone());
         assert_eq!(fast_y.dims(), plain_y.dims());
@@ -308,6 +327,21 @@ mod tests {
         check_padded(auto, [1, 8], 2, 0, [23, 17]);
         check_padded(auto, [8, 8], 2, 0, [11, 9]);
         check_padded(auto, [6, 5], 2, 0, [12, 10]);
+    }
+
+    /// A GAN discriminator's layer: the leaky ReLU in the same op, its mask read from the
+    /// output (the sign of a leaky ReLU's output is its input's).
+    #[test]
+    fn a_leaky_activation_matches_burns_leaky_relu() {
+        use crate::model::cpu_kernels::{self, Activation};
+        let fused: fn(&Conv2d, Tensor<4>) -> Tensor<4> = |layer, x| {
+            let bias = layer.bias.as_ref().unwrap().val();
+            cpu_kernels::conv(x, layer.weight.val(), bias, 2, 1, Activation::Leaky(0.2))
+        };
+        let plain: fn(&Conv2d, Tensor<4>) -> Tensor<4> =
+            |layer, x| burn::tensor::activation::leaky_relu(layer.forward(x), 0.2);
+        check_against(fused, plain, [1, 8], 2, 1, [16, 12]);
+        check_against(fused, plain, [8, 16], 2, 1, [8, 6]);
     }
 
     #[test]

@@ -14,7 +14,9 @@ use burn::backend::{Cube, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{Device, Tensor};
 
-use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
+use super::output_only::{
+    Activation, Layer, LayerGradients, LayerKernels, WantedGradients, tracked,
+};
 
 #[backend_extension(Cube, Autodiff)]
 pub trait OutputOnlyLayers: burn::backend::Backend {
@@ -43,7 +45,7 @@ impl LayerKernels for Cube {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self> {
         let y = match layer {
             Layer::Conv(options) => Cube::conv2d(x, weight, Some(bias), options.clone()),
@@ -51,7 +53,11 @@ impl LayerKernels for Cube {
                 Cube::conv_transpose2d(x, weight, Some(bias), options.clone())
             }
         };
-        if relu { Cube::relu(y) } else { y }
+        match activation {
+            Activation::None => y,
+            Activation::Relu => Cube::relu(y),
+            Activation::Leaky(slope) => Cube::leaky_relu(y, slope.into()),
+        }
     }
 
     fn layer_backward(
@@ -59,11 +65,19 @@ impl LayerKernels for Cube {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
-        relu_output: Option<FloatTensor<Self>>,
+        activated: Option<(FloatTensor<Self>, Activation)>,
         wanted: WantedGradients,
     ) -> LayerGradients<Self> {
-        let dy = match relu_output {
-            Some(y) => Cube::relu_backward(y, dy),
+        let dy = match activated {
+            // slope * dy below zero, dy above: slope * dy + (1 - slope) * relu's gradient.
+            Some((y, Activation::Leaky(slope))) => {
+                let above = Cube::relu_backward(y, dy.clone());
+                Cube::float_add(
+                    Cube::float_mul_scalar(dy, slope.into()),
+                    Cube::float_mul_scalar(above, (1.0 - slope).into()),
+                )
+            }
+            Some((y, _)) => Cube::relu_backward(y, dy),
             None => dy,
         };
         // Both layers' bias gradient: the output gradient summed over batch and space.
@@ -103,7 +117,13 @@ impl OutputOnlyLayers for Cube {
         options: ConvOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        Cube::layer_forward(&Layer::Conv(options), x, weight, bias, relu)
+        Cube::layer_forward(
+            &Layer::Conv(options),
+            x,
+            weight,
+            bias,
+            Activation::relu_if(relu),
+        )
     }
 
     fn conv_transpose_keeping_output(
@@ -113,7 +133,13 @@ impl OutputOnlyLayers for Cube {
         options: ConvTransposeOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        Cube::layer_forward(&Layer::Transpose(options), x, weight, bias, relu)
+        Cube::layer_forward(
+            &Layer::Transpose(options),
+            x,
+            weight,
+            bias,
+            Activation::relu_if(relu),
+        )
     }
 }
 
@@ -125,7 +151,13 @@ impl<C: CheckpointStrategy> OutputOnlyLayers for Autodiff<Cube, C> {
         options: ConvOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<Cube, C>(Layer::Conv(options), x, weight, bias, relu)
+        tracked::<Cube, C>(
+            Layer::Conv(options),
+            x,
+            weight,
+            bias,
+            Activation::relu_if(relu),
+        )
     }
 
     fn conv_transpose_keeping_output(
@@ -135,7 +167,13 @@ impl<C: CheckpointStrategy> OutputOnlyLayers for Autodiff<Cube, C> {
         options: ConvTransposeOptions<2>,
         relu: bool,
     ) -> FloatTensor<Self> {
-        tracked::<Cube, C>(Layer::Transpose(options), x, weight, bias, relu)
+        tracked::<Cube, C>(
+            Layer::Transpose(options),
+            x,
+            weight,
+            bias,
+            Activation::relu_if(relu),
+        )
     }
 }
 

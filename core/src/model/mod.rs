@@ -19,6 +19,7 @@ pub mod layers;
 pub mod nearest_code;
 #[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
 mod output_only;
+mod params;
 pub mod vq_patch_ae;
 
 pub use api::{
@@ -29,6 +30,5 @@ pub use dcase_ae::{DcaseAe, DcaseAeConfig};
 pub use id_classifier::{IdClassifier, IdClassifierConfig};
 pub use layers::LayerForms;
 pub(crate) use layers::relu_if;
-pub use vq_patch_ae::{
-    VqAutoencoder, VqAutoencoderConfig, VqLoss, VqOutput, flat_parameters, largest_difference,
-};
+pub use params::{flat_parameters, largest_difference, untracked};
+pub use vq_patch_ae::{VqAutoencoder, VqAutoencoderConfig, VqLoss, VqOutput};

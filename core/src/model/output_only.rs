@@ -1,12 +1,14 @@
-//! A layer and the ReLU after it as one autodiff op that keeps only the layer's output for
-//! backward: the autodiff side shared by flex's kernels (`cpu_kernels`) and the cubecl
+//! A layer and the activation after it (ReLU or leaky ReLU) as one autodiff op that keeps
+//! only the layer's output for backward: the autodiff side shared by flex's kernels (`cpu_kernels`) and the cubecl
 //! layers (`gpu_layers`), each backend supplying the forward and backward arithmetic.
 //!
 //! burn records a layer as a convolution (which keeps its input) and a ReLU (which keeps
 //! *its* input, the pre-activation): every hidden activation is held twice until backward.
 //! The ReLU's gradient mask can as well be read from its output (zero where the output is
 //! not positive), and that output is the next layer's input, kept anyway; so this op keeps
-//! the input and weight by checkpoint id and, when there is a ReLU, the output.
+//! the input and weight by checkpoint id and, when there is an activation, the output. A
+//! leaky ReLU's mask is read the same way: with a positive slope its output is positive
+//! exactly where its input is.
 
 use burn::backend::Backend;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -24,6 +26,32 @@ pub(crate) enum Layer {
     Transpose(ConvTransposeOptions<2>),
 }
 
+/// The activation after a layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Activation {
+    None,
+    Relu,
+    /// A leaky ReLU with this slope (positive) below zero.
+    Leaky(f32),
+}
+
+impl Activation {
+    /// The ReLU when `relu`, else none.
+    pub fn relu_if(relu: bool) -> Self {
+        if relu { Self::Relu } else { Self::None }
+    }
+
+    /// What a value below zero is multiplied by, in forward and in backward; `None` without
+    /// an activation.
+    pub fn negative_slope(self) -> Option<f32> {
+        match self {
+            Self::None => None,
+            Self::Relu => Some(0.0),
+            Self::Leaky(slope) => Some(slope),
+        }
+    }
+}
+
 /// Which gradients backward must produce (the parents that require one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WantedGradients {
@@ -37,23 +65,23 @@ pub(crate) type LayerGradients<B> = [Option<FloatTensor<B>>; 3];
 
 /// A backend's arithmetic for [`tracked`].
 pub(crate) trait LayerKernels: Backend {
-    /// The layer with its bias, then the ReLU when `relu`.
+    /// The layer with its bias, then the activation.
     fn layer_forward(
         layer: &Layer,
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self>;
 
-    /// The gradients from the output's gradient `dy`; `relu_output` is the forward's
-    /// output when a ReLU was applied (its sign is the mask).
+    /// The gradients from the output's gradient `dy`; `activated` is the forward's output
+    /// and its activation, when there was one (the output's sign is the mask).
     fn layer_backward(
         layer: &Layer,
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
-        relu_output: Option<FloatTensor<Self>>,
+        activated: Option<(FloatTensor<Self>, Activation)>,
         wanted: WantedGradients,
     ) -> LayerGradients<Self>;
 }
@@ -65,8 +93,9 @@ struct LayerBackward;
 struct State<B: Backend> {
     x: NodeId,
     weight: NodeId,
-    /// Shares the output's buffer, which the next layer keeps as its input anyway.
-    relu_output: Option<FloatTensor<B>>,
+    /// The output, when activated: shares the output's buffer, which the next layer keeps
+    /// as its input anyway.
+    activated: Option<(FloatTensor<B>, Activation)>,
     layer: Layer,
 }
 
@@ -89,7 +118,7 @@ impl<B: LayerKernels> Backward<B, 3> for LayerBackward {
             weight: node_weight.is_some(),
             bias: node_bias.is_some(),
         };
-        let gradients = B::layer_backward(&state.layer, x, weight, dy, state.relu_output, wanted);
+        let gradients = B::layer_backward(&state.layer, x, weight, dy, state.activated, wanted);
         for (node, gradient) in [node_x, node_weight, node_bias].into_iter().zip(gradients) {
             if let (Some(node), Some(gradient)) = (node, gradient) {
                 grads.register::<B>(node.id, gradient);
@@ -104,7 +133,7 @@ pub(crate) fn tracked<B: LayerKernels, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     weight: FloatTensor<Autodiff<B, C>>,
     bias: FloatTensor<Autodiff<B, C>>,
-    relu: bool,
+    activation: Activation,
 ) -> FloatTensor<Autodiff<B, C>> {
     match LayerBackward
         .prepare::<C>([x.node(), weight.node(), bias.node()])
@@ -118,12 +147,12 @@ pub(crate) fn tracked<B: LayerKernels, C: CheckpointStrategy>(
                 x.into_primitive(),
                 weight.into_primitive(),
                 bias.into_primitive(),
-                relu,
+                activation,
             );
             let state = State {
                 x: x_id,
                 weight: weight_id,
-                relu_output: relu.then(|| y.clone()),
+                activated: (activation != Activation::None).then(|| (y.clone(), activation)),
                 layer,
             };
             prep.finish(state, y)
@@ -133,7 +162,7 @@ pub(crate) fn tracked<B: LayerKernels, C: CheckpointStrategy>(
             x.into_primitive(),
             weight.into_primitive(),
             bias.into_primitive(),
-            relu,
+            activation,
         )),
     }
 }

@@ -17,13 +17,12 @@
 //! What it costs: one more forward per micro-batch than plain accumulation, and the cache
 //! (the embeddings and their gradients) for the whole step.
 
-use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Tensor;
 
 use super::{StepError, sample_device_pool};
 use crate::memory::MemoryMeter;
-use crate::model::StepLoss;
+use crate::model::{StepLoss, untracked};
 use crate::readback;
 use crate::task::{StepContext, TrainingTask};
 
@@ -45,11 +44,8 @@ pub async fn cached_gradients<T: TrainingTask>(
             expected: step_examples,
         });
     }
-    // 1. The embeddings, untracked. A parameter not yet initialised shares its lazy
-    // initialisation with its clones, so the untracked copy is made of initialised ones:
-    // otherwise untracking the copy would untrack the networks themselves.
-    initialise(networks);
-    let untracked = networks.clone().no_grad();
+    // 1. The embeddings, untracked.
+    let untracked = untracked(networks);
     let mut parts = Vec::with_capacity(micro_batches.len());
     for batch in micro_batches.iter().cloned() {
         let embedded = task
@@ -95,18 +91,6 @@ pub async fn cached_gradients<T: TrainingTask>(
         start += n;
     }
     Ok((accumulator.grads(), loss, reported))
-}
-
-/// Initialises every parameter of `networks` (burn initialises a parameter when first
-/// read).
-fn initialise<M: Module>(networks: &M) {
-    struct Read;
-    impl ModuleVisitor for Read {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let _ = param.val();
-        }
-    }
-    networks.visit(&mut Read);
 }
 
 #[cfg(test)]

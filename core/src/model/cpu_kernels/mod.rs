@@ -1,9 +1,12 @@
 //! The model's convolutions on flex with their gradients computed by [`unfold`]'s kernels,
 //! wired in through burn's backend-extension mechanism.
 //!
-//! Forward stays burn's own (flex's im2col/col2im GEMMs are fast there), with the bias and
-//! the ReLU that follows most layers applied in the same call, on the output in place; the
-//! separate bias and ReLU passes (forward and backward) of the plain path go. Backward is ours:
+//! A convolution's forward stays burn's own (flex's im2col GEMMs are fast there), with the
+//! bias and the activation that follows most layers (ReLU, or a GAN discriminator's leaky
+//! ReLU) applied in the same call, on the output in place; the separate bias and activation
+//! passes (forward and backward) of the plain path go. A transpose convolution's forward is
+//! ours too ([`unfold::conv_transpose_forward`]: flex's scatters each sample's products one
+//! element at a time, single-threaded at a GAN generator's sizes). Backward is ours:
 //! burn's default computes a weight gradient as a convolution with batch and channels
 //! swapped, GEMMs of 9-16 rows (gemm's narrow `x1x6` micro-kernel was 14% of a step's
 //! samples); weight gradients took about 40% of a CPU training step
@@ -28,12 +31,13 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{DType, Shape, Tensor, TensorData};
 
+pub use super::output_only::Activation;
 use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
 use rayon::prelude::*;
 use unfold::{Wanted, Window};
 
-/// A layer's convolution (or transpose convolution) with its bias and, when `relu`, the
-/// ReLU after it; backward through [`unfold`]'s kernels. Square kernels, equal stride and
+/// A layer's convolution (or transpose convolution) with its bias and the activation after
+/// it; backward through [`unfold`]'s kernels. Square kernels, equal stride and
 /// padding on both axes, no dilation or groups: the default model's layers.
 #[backend_extension(Flex, Autodiff)]
 pub trait UnfoldedConv: burn::backend::Backend {
@@ -43,7 +47,7 @@ pub trait UnfoldedConv: burn::backend::Backend {
         bias: FloatTensor<Self>,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self>;
 
     fn unfolded_conv_transpose(
@@ -52,7 +56,7 @@ pub trait UnfoldedConv: burn::backend::Backend {
         bias: FloatTensor<Self>,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self>;
 }
 
@@ -75,7 +79,7 @@ fn transpose_layer(stride: usize, padding: usize) -> Layer {
     ))
 }
 
-fn bias_and_relu(y: FlexTensor, bias: &[f32], relu: bool) -> FlexTensor {
+fn bias_and_activation(y: FlexTensor, bias: &[f32], activation: Activation) -> FlexTensor {
     let [_, channels, h, w] = dims4(&y);
     let plane = h * w;
     let mut y = writable(y);
@@ -83,17 +87,28 @@ fn bias_and_relu(y: FlexTensor, bias: &[f32], relu: bool) -> FlexTensor {
         .par_chunks_mut(plane)
         .enumerate()
         .with_min_len((CHUNK / plane.max(1)).max(1))
-        .for_each(|(i, plane)| {
-            let b = bias[i % channels];
-            for v in plane {
-                *v += b;
-                // Written so that NaN stays NaN, as burn's and PyTorch's ReLU keep it.
-                if relu && *v < 0.0 {
-                    *v = 0.0;
-                }
-            }
-        });
+        .for_each(|(i, plane)| add_and_activate(plane, bias[i % channels], activation));
     y
+}
+
+/// `plane + bias`, then the activation, in place.
+fn add_and_activate(plane: &mut [f32], bias: f32, activation: Activation) {
+    match activation {
+        Activation::None => plane.iter_mut().for_each(|v| *v += bias),
+        // Written so that NaN stays NaN, as burn's and PyTorch's ReLU keep it.
+        Activation::Relu => plane.iter_mut().for_each(|v| {
+            *v += bias;
+            if *v < 0.0 {
+                *v = 0.0;
+            }
+        }),
+        Activation::Leaky(slope) => plane.iter_mut().for_each(|v| {
+            *v += bias;
+            if *v < 0.0 {
+                *v *= slope;
+            }
+        }),
+    }
 }
 
 /// `t` as a tensor whose storage is exactly its values in order, owned by it alone, so that
@@ -112,9 +127,9 @@ impl UnfoldedConv for Flex {
         bias: FlexTensor,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FlexTensor {
-        Flex::layer_forward(&conv_layer(stride, padding), x, weight, bias, relu)
+        Flex::layer_forward(&conv_layer(stride, padding), x, weight, bias, activation)
     }
 
     fn unfolded_conv_transpose(
@@ -123,9 +138,15 @@ impl UnfoldedConv for Flex {
         bias: FlexTensor,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FlexTensor {
-        Flex::layer_forward(&transpose_layer(stride, padding), x, weight, bias, relu)
+        Flex::layer_forward(
+            &transpose_layer(stride, padding),
+            x,
+            weight,
+            bias,
+            activation,
+        )
     }
 }
 
@@ -196,40 +217,70 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
 }
 
 impl LayerKernels for Flex {
-    /// Flex's own layer without bias, then one parallel pass over the output in place: the
-    /// bias added and, when `relu`, the ReLU.
+    /// A convolution: flex's own without bias, then one parallel pass over the output in
+    /// place, the bias added and the activation. A transpose convolution: ours, each sample
+    /// folded onto its bias and activated in the same task.
     fn layer_forward(
         layer: &Layer,
         x: FlexTensor,
         weight: FlexTensor,
         bias: FlexTensor,
-        relu: bool,
+        activation: Activation,
     ) -> FlexTensor {
-        let y = match layer {
+        match layer {
             Layer::Conv(options) => {
-                <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone())
+                let y = <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone());
+                bias_and_activation(y, &contiguous(&bias), activation)
             }
             Layer::Transpose(options) => {
-                <Flex as ModuleOps<Flex>>::conv_transpose2d(x, weight, None, options.clone())
+                let [n, cin, height, width] = dims4(&x);
+                let [_, cout, kernel, _] = dims4(&weight);
+                let (stride, padding) = (options.stride[0], options.padding[0]);
+                let out = |side: usize| (side - 1) * stride + kernel - 2 * padding;
+                let window = Window {
+                    channels: cout,
+                    large: [out(height), out(width)],
+                    small: [height, width],
+                    kernel,
+                    stride,
+                    padding,
+                };
+                let bias = contiguous(&bias);
+                let y = unfold::conv_transpose_forward(
+                    window,
+                    &contiguous(&x),
+                    &contiguous(&weight),
+                    cin,
+                    |sample| {
+                        let plane = window.large[0] * window.large[1];
+                        for (plane, &b) in sample.chunks_mut(plane).zip(bias.iter()) {
+                            add_and_activate(plane, b, activation);
+                        }
+                    },
+                );
+                tensor(y, Shape::new([n, cout, window.large[0], window.large[1]]))
             }
-        };
-        bias_and_relu(y, &contiguous(&bias), relu)
+        }
     }
 
-    /// The ReLU's mask and the bias sums in one parallel pass over `dy`, then [`unfold`]'s
-    /// kernels for the input and weight gradients.
+    /// The activation's mask and the bias sums in one parallel pass over `dy`, then
+    /// [`unfold`]'s kernels for the input and weight gradients.
     fn layer_backward(
         layer: &Layer,
         x: FlexTensor,
         weight: FlexTensor,
         dy: FlexTensor,
-        relu_output: Option<FlexTensor>,
+        activated: Option<(FlexTensor, Activation)>,
         wanted: WantedGradients,
     ) -> LayerGradients<Self> {
         let [_, out_channels, oh, ow] = dims4(&dy);
         let plane = oh * ow;
         let mut dy = writable(dy);
-        let relu_output = relu_output.as_ref().map(contiguous);
+        let slope = activated
+            .as_ref()
+            .and_then(|(_, activation)| activation.negative_slope())
+            .unwrap_or(1.0);
+        let output = activated.as_ref().map(|(y, _)| contiguous(y));
         let mut sums = vec![0.0f32; dy.shape().num_elements() / plane.max(1)];
         dy.storage_mut::<f32>()
             .par_chunks_mut(plane)
@@ -237,10 +288,10 @@ impl LayerKernels for Flex {
             .enumerate()
             .with_min_len((CHUNK / plane.max(1)).max(1))
             .for_each(|(i, (grads, sum))| {
-                if let Some(y) = &relu_output {
+                if let Some(y) = &output {
                     for (g, &y) in grads.iter_mut().zip(&y[i * plane..(i + 1) * plane]) {
                         if y <= 0.0 {
-                            *g = 0.0;
+                            *g *= slope;
                         }
                     }
                 }
@@ -305,9 +356,9 @@ impl<C: CheckpointStrategy> UnfoldedConv for Autodiff<Flex, C> {
         bias: FloatTensor<Self>,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self> {
-        tracked::<Flex, C>(conv_layer(stride, padding), x, weight, bias, relu)
+        tracked::<Flex, C>(conv_layer(stride, padding), x, weight, bias, activation)
     }
 
     fn unfolded_conv_transpose(
@@ -316,9 +367,15 @@ impl<C: CheckpointStrategy> UnfoldedConv for Autodiff<Flex, C> {
         bias: FloatTensor<Self>,
         stride: usize,
         padding: usize,
-        relu: bool,
+        activation: Activation,
     ) -> FloatTensor<Self> {
-        tracked::<Flex, C>(transpose_layer(stride, padding), x, weight, bias, relu)
+        tracked::<Flex, C>(
+            transpose_layer(stride, padding),
+            x,
+            weight,
+            bias,
+            activation,
+        )
     }
 }
 
@@ -327,15 +384,14 @@ pub fn runs_on(device: &burn::tensor::Device) -> bool {
     *device == burn::tensor::Device::flex()
 }
 
-/// `relu(conv(x, weight) + bias)` (or without the ReLU) through [`UnfoldedConv`]; all on
-/// flex, f32.
+/// `activation(conv(x, weight) + bias)` through [`UnfoldedConv`]; all on flex, f32.
 pub fn conv(
     x: Tensor<4>,
     weight: Tensor<4>,
     bias: Tensor<1>,
     stride: usize,
     padding: usize,
-    relu: bool,
+    activation: Activation,
 ) -> Tensor<4> {
     debug_assert_eq!(x.dtype(), DType::F32);
     Tensor::from_dispatch(burn::backend::Dispatch::unfolded_conv(
@@ -344,7 +400,7 @@ pub fn conv(
         bias.into_dispatch(),
         stride,
         padding,
-        relu,
+        activation,
     ))
 }
 
@@ -355,7 +411,7 @@ pub fn conv_transpose(
     bias: Tensor<1>,
     stride: usize,
     padding: usize,
-    relu: bool,
+    activation: Activation,
 ) -> Tensor<4> {
     Tensor::from_dispatch(burn::backend::Dispatch::unfolded_conv_transpose(
         x.into_dispatch(),
@@ -363,6 +419,6 @@ pub fn conv_transpose(
         bias.into_dispatch(),
         stride,
         padding,
-        relu,
+        activation,
     ))
 }

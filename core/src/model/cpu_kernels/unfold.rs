@@ -218,6 +218,35 @@ pub fn conv_transpose_backward(
     (dx, wanted.weight.then_some(dw))
 }
 
+/// A transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is `[n, cin, small]`,
+/// `w` is `[cin, rows]`; returns `[n, window.channels, large]`. Each sample's products of
+/// every input position with every tap (`w^T x`, one GEMM) are folded onto its output, then
+/// `finish` runs on that output (its bias and activation) while it is in cache; the
+/// samples are shared over rayon's threads.
+pub fn conv_transpose_forward(
+    window: Window,
+    x: &[f32],
+    w: &[f32],
+    cin: usize,
+    finish: impl Fn(&mut [f32]) + Sync,
+) -> Vec<f32> {
+    let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
+    let sample = cin * positions;
+    let n = x.len() / sample.max(1);
+    let mut y = vec![0.0f32; n * large];
+    let weight = Mat::new(w, cin, rows);
+    y.par_chunks_mut(large.max(1)).enumerate().for_each_init(
+        || vec![0.0f32; rows * positions],
+        |cols, (b, out)| {
+            let input = Mat::new(&x[b * sample..(b + 1) * sample], cin, positions);
+            gemm(cols, false, weight.t(), input);
+            window.fold(cols, out);
+            finish(out);
+        },
+    );
+    y
+}
+
 /// Samples per weight-gradient partial sum. The batch is cut into fixed runs of samples,
 /// whatever the thread count: each run sums its samples in order, then the runs' sums are
 /// added in order, so a gradient is the same on every run and with any number of threads
@@ -402,6 +431,36 @@ mod tests {
         );
         assert!(none.is_none());
         assert_close(&dw_only.unwrap(), &ew, "dw alone");
+    }
+
+    #[test]
+    fn conv_transpose_forward_matches_direct_loops() {
+        // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
+        let (n, cin, cout) = (3, 3, 4);
+        let window = Window {
+            channels: cout,
+            large: [10, 6],
+            small: [5, 3],
+            kernel: 4,
+            stride: 2,
+            padding: 1,
+        };
+        let x = values(n * cin * 15, 10);
+        let w = values(cin * cout * 16, 11);
+        let y = conv_transpose_forward(window, &x, &w, cin, |out| {
+            out.iter_mut().for_each(|v| *v += 0.5)
+        });
+        let mut expected = vec![0.5f32; n * cout * 60];
+        for b in 0..n {
+            for (o, ky, kx, sy, sx, ly, lx) in links(window) {
+                for c in 0..cin {
+                    let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
+                    let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
+                    expected[((b * cout + o) * 10 + ly) * 6 + lx] += w[wi] * x[xi];
+                }
+            }
+        }
+        assert_close(&y, &expected, "y");
     }
 
     /// The same gradients, bit for bit, on one thread and on three: a run is reproducible.

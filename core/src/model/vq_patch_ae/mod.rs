@@ -115,31 +115,5 @@ impl VqAutoencoderConfig {
     }
 }
 
-/// Every parameter value in visiting order: for comparing models in tests and tools.
-pub fn flat_parameters<M: Module>(model: &M) -> Vec<f32> {
-    struct Collect(Vec<f32>);
-    impl burn::module::ModuleVisitor for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let values = param.val().into_data().convert::<f32>();
-            self.0.extend(values.as_slice::<f32>().unwrap_or(&[]));
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
-}
-
-/// The largest absolute difference between two models' [`flat_parameters`].
-///
-/// # Panics
-/// When the two hold different numbers of values (they are not the same networks).
-pub fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "two models of different sizes");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 #[cfg(test)]
 mod tests;

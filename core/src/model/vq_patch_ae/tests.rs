@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::backend::BackendKind;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, flat_parameters};
 use crate::precision::Precision;
 use burn::tensor::FloatDType;
 use burn::tensor::activation::relu;
