@@ -112,6 +112,23 @@ impl Upsample {
         } else {
             self.conv.forward(x)
         };
+        // On flex group normalisation and its ReLU as one host op; elsewhere burn's.
+        #[cfg(feature = "flex")]
+        if let (true, Some(gamma), Some(beta)) = (
+            crate::model::cpu_kernels::runs_on(&up.device()),
+            &self.norm.gamma,
+            &self.norm.beta,
+        ) {
+            let (groups, epsilon) = (self.norm.num_groups, self.norm.epsilon);
+            return crate::model::cpu_kernels::group_norm::normalise(
+                up,
+                gamma.val(),
+                beta.val(),
+                groups,
+                epsilon,
+                true,
+            );
+        }
         relu(self.norm.forward(up))
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod attention;
 pub mod ctc;
+pub mod group_norm;
 pub mod layer_norm;
 pub mod linear;
 mod matrix;
