@@ -97,37 +97,98 @@ impl Window {
     /// [`Window::unfold`]); `large` must start zeroed.
     pub fn fold(&self, cols: &[f32], large: &mut [f32]) {
         let [lh, lw] = self.large;
-        let [sh, sw] = self.small;
         let (k, stride) = (self.kernel, self.stride);
+        let row_of = |c: usize, ky: usize, kx: usize| {
+            let row = (c * k + ky) * k + kx;
+            &cols[row * self.positions()..(row + 1) * self.positions()]
+        };
         for c in 0..self.channels {
             let plane = &mut large[c * lh * lw..(c + 1) * lh * lw];
             for ky in 0..k {
-                let rows_inside = self.inside(ky, 0);
-                for kx in 0..k {
-                    let cols_inside = self.inside(kx, 1);
-                    if cols_inside.is_empty() {
-                        continue;
-                    }
-                    let row = (c * k + ky) * k + kx;
-                    let src = &cols[row * sh * sw..(row + 1) * sh * sw];
-                    // As in `unfold`: the columns inside, every `stride`-th large column
-                    // from `lx0`, without a bounds test per element.
-                    let lx0 = cols_inside.start * stride + kx - self.padding;
-                    for sy in rows_inside.clone() {
-                        let ly = sy * stride + ky - self.padding;
-                        let dst = &mut plane[ly * lw + lx0..(ly + 1) * lw];
-                        let line = &src[sy * sw..(sy + 1) * sw][cols_inside.clone()];
-                        if stride == 1 {
-                            for (d, v) in dst.iter_mut().zip(line) {
-                                *d += v;
-                            }
-                        } else {
-                            for (d, v) in dst.iter_mut().step_by(stride).zip(line) {
-                                *d += v;
-                            }
-                        }
+                let mut kx = 0;
+                while kx < k {
+                    // At stride 2 two neighbouring taps write neighbouring columns: added as
+                    // pairs, one contiguous pass where two strided ones were.
+                    if stride == 2 && kx + 1 < k {
+                        let pair = [row_of(c, ky, kx), row_of(c, ky, kx + 1)];
+                        self.fold_pair(pair, ky, kx, plane);
+                        kx += 2;
+                    } else {
+                        self.fold_tap(row_of(c, ky, kx), ky, kx, plane, None);
+                        kx += 1;
                     }
                 }
+            }
+        }
+    }
+
+    /// Adds tap (ky, kx)'s row of the unfolded matrix onto its plane, at the small columns
+    /// `only` (all inside the image when `None`).
+    fn fold_tap(
+        &self,
+        src: &[f32],
+        ky: usize,
+        kx: usize,
+        plane: &mut [f32],
+        only: Option<std::ops::Range<usize>>,
+    ) {
+        let lw = self.large[1];
+        let sw = self.small[1];
+        let stride = self.stride;
+        let cols_inside = only.unwrap_or_else(|| self.inside(kx, 1));
+        if cols_inside.is_empty() {
+            return;
+        }
+        // As in `unfold`: the columns inside, every `stride`-th large column from `lx0`,
+        // without a bounds test per element.
+        let lx0 = cols_inside.start * stride + kx - self.padding;
+        for sy in self.inside(ky, 0) {
+            let ly = sy * stride + ky - self.padding;
+            let dst = &mut plane[ly * lw + lx0..(ly + 1) * lw];
+            let line = &src[sy * sw..(sy + 1) * sw][cols_inside.clone()];
+            if stride == 1 {
+                for (d, v) in dst.iter_mut().zip(line) {
+                    *d += v;
+                }
+            } else {
+                for (d, v) in dst.iter_mut().step_by(stride).zip(line) {
+                    *d += v;
+                }
+            }
+        }
+    }
+
+    /// Taps (ky, kx) and (ky, kx + 1) at stride 2: where both are inside, each small column
+    /// writes two neighbouring large ones; the rest tap by tap.
+    fn fold_pair(&self, [a, b]: [&[f32]; 2], ky: usize, kx: usize, plane: &mut [f32]) {
+        let lw = self.large[1];
+        let sw = self.small[1];
+        let (a_inside, b_inside) = (self.inside(kx, 1), self.inside(kx + 1, 1));
+        let both = a_inside.start.max(b_inside.start)..a_inside.end.min(b_inside.end);
+        if both.is_empty() {
+            self.fold_tap(a, ky, kx, plane, None);
+            self.fold_tap(b, ky, kx + 1, plane, None);
+            return;
+        }
+        for (src, tap, inside) in [(a, kx, a_inside), (b, kx + 1, b_inside)] {
+            let before = inside.start..both.start.max(inside.start);
+            let after = both.end.min(inside.end).max(inside.start)..inside.end;
+            for part in [before, after] {
+                if !part.is_empty() {
+                    self.fold_tap(src, ky, tap, plane, Some(part));
+                }
+            }
+        }
+        let lx0 = both.start * 2 + kx - self.padding;
+        for sy in self.inside(ky, 0) {
+            let ly = sy * 2 + ky - self.padding;
+            let dst = &mut plane[ly * lw + lx0..(ly + 1) * lw];
+            let a = &a[sy * sw..(sy + 1) * sw][both.clone()];
+            let b = &b[sy * sw..(sy + 1) * sw][both.clone()];
+            // Tap kx + 1 is inside at every column of `both`, so `dst` holds every pair.
+            for (d, (a, b)) in dst.chunks_exact_mut(2).zip(a.iter().zip(b)) {
+                d[0] += a;
+                d[1] += b;
             }
         }
     }
