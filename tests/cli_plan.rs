@@ -91,9 +91,12 @@ fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
 /// calibrated on it, up to steps several times the calibration's largest, which for the
 /// default model ran over eight minutes on a software Vulkan driver and for dcase-ae take
 /// about one. The table's logic is the same for every model.
+///
+/// Asked again, the what-if answers from the calibrations the first one kept, the same
+/// table; `--recalibrate` measures again.
 #[test]
 fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
-    let doc = run_json_document(&[
+    let args = [
         "plan",
         "--backend",
         "flex",
@@ -105,7 +108,21 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
         "--memory-budget",
         "64MiB",
         "--json",
-    ]);
+    ];
+    let _ = std::fs::remove_dir_all(common::test_cache_dir());
+    let doc = run_json_document(&args);
+    assert_eq!(doc["calibrations"], "measured", "{}", doc["calibrations"]);
+    let again = run_json_document(&args);
+    assert_eq!(again["calibrations"], "kept", "{}", again["calibrations"]);
+    assert_eq!(again["calibration"], doc["calibration"]);
+    assert_eq!(again["gpu_calibration"], doc["gpu_calibration"]);
+    // The same table, but for this CPU's budget, which follows the RAM free at the time.
+    let (first, second) = (
+        doc["rows"].as_array().unwrap(),
+        again["rows"].as_array().unwrap(),
+    );
+    assert_eq!(first.len(), second.len());
+    assert_eq!(first[..first.len() - 1], second[..second.len() - 1]);
     let rows = doc["rows"].as_array().unwrap();
     // The budget named on the command line comes first, planned as a GPU's and within it.
     let named = &rows[0];

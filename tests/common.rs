@@ -7,8 +7,18 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// trainer-cli, keeping what it caches (the what-if's calibrations) in this test process's
+/// own directory rather than the user's: a test measures what it asks, and writes nothing
+/// outside the temporary directory.
 pub fn trainer_cli() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trainer-cli"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trainer-cli"));
+    command.env("HEADROOM_CACHE_DIR", test_cache_dir());
+    command
+}
+
+/// A directory of this test process (removed by the system's temporary-file cleaning).
+pub fn test_cache_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("headroom-test-cache-{}", std::process::id()))
 }
 
 /// Runs trainer-cli and returns its stdout parsed as one JSON value per line.

@@ -7,6 +7,7 @@ mod budget;
 mod datasets;
 mod device_panics;
 mod flags;
+mod kept;
 mod models;
 mod plan;
 mod probe;

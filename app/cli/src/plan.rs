@@ -14,7 +14,9 @@ use headroom_core::size::human as gib;
 use headroom_core::split::Split;
 
 use crate::args::PlanArgs;
+use crate::kept::kept;
 use crate::render::mib;
+use headroom_core::plan::cache::Kept;
 
 pub fn run(args: PlanArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
@@ -186,15 +188,16 @@ fn calibrate_for_large_plans<T: BuiltIn>(
 /// forms of the layers), measured on a wgpu adapter where this machine has one (a software
 /// one's pool accounts as a GPU's does); else the local figures, said to be an estimate.
 fn gpu_calibration<T: BuiltIn>(
+    args: &PlanArgs,
     local: Target,
     model: &T,
     calibration: &Calibration,
-    quiet: bool,
-) -> (Calibration, String) {
+) -> (Calibration, String, Kept) {
     if !local.backend.is_host() {
         return (
             calibration.clone(),
             format!("measured on {} here", local.backend),
+            Kept::Measured,
         );
     }
     let settings = headroom_core::probe::gpus::ProbeSettings {
@@ -214,6 +217,7 @@ fn gpu_calibration<T: BuiltIn>(
                  checks when you train there",
                 local.backend
             ),
+            Kept::Measured,
         )
     };
     let Some(adapter) = adapter else {
@@ -223,19 +227,28 @@ fn gpu_calibration<T: BuiltIn>(
         backend: headroom_core::BackendKind::Wgpu,
         device: adapter.target,
     };
-    if !quiet {
-        println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
-    }
     // A software adapter's memory is this machine's RAM, and its free figure says so.
     let room = adapter.free_memory.bytes.map(|free| free / 2);
-    match calibrate_for_large_plans(target, model, room) {
-        Ok(measured) => (
+    let device = format!("{} {}", adapter.name, adapter.api);
+    let measure = || {
+        if !args.json {
+            println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
+        }
+        calibrate_for_large_plans(target, model, room)
+    };
+    match kept(
+        args.recalibrate,
+        &key_parts(target, &device, model, room),
+        measure,
+    ) {
+        Ok((measured, kept)) => (
             measured,
             format!(
                 "measured on wgpu ({}, {}): the cubecl pool's footprint with Headroom's GPU \
                  layers",
                 adapter.name, adapter.api
             ),
+            kept,
         ),
         Err(error) => {
             // One line on the terminal (the table says the GPU rows are then an estimate);
@@ -257,6 +270,23 @@ fn host_free_bytes() -> Option<u64> {
         .and_then(|d| d.free_memory.bytes)
 }
 
+/// What a what-if's calibration depends on beside the build: the device it was measured
+/// on, the model's settings and the room its larger step had (in whole GiB).
+fn key_parts<T: BuiltIn>(
+    target: Target,
+    device: &str,
+    model: &T,
+    room: Option<u64>,
+) -> [String; 5] {
+    [
+        "what-if calibration".into(),
+        serde_json::to_string(&target).unwrap_or_default(),
+        device.into(),
+        format!("{model:?}"),
+        format!("{:?}", room.map(|r| r >> 30)),
+    ]
+}
+
 /// One row of the what-if table.
 #[derive(serde::Serialize)]
 struct Row {
@@ -276,8 +306,13 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
         .then(host_free_bytes)
         .flatten()
         .map(|free| free / 2);
-    let calibration: Calibration = calibrate_for_large_plans(target, model, room)?;
-    let (gpu_calibration, gpu_source) = gpu_calibration(target, model, &calibration, args.json);
+    let here = format!("{} threads", rayon::current_num_threads());
+    let parts = key_parts(target, &here, model, room);
+    let (calibration, kept_here) = kept(args.recalibrate, &parts, || {
+        calibrate_for_large_plans(target, model, room)
+    })?;
+    let (gpu_calibration, gpu_source, kept_gpu) =
+        gpu_calibration(args, target, model, &calibration);
     let planning = spec.planning_for(0, model.default_batch())?;
     let rows: Vec<Row> = targets
         .into_iter()
@@ -314,6 +349,11 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             "calibration": calibration,
             "gpu_memory": gpu_source,
             "gpu_calibration": gpu_calibration,
+            "calibrations": if [kept_here, kept_gpu].contains(&Kept::Read) {
+                "kept"
+            } else {
+                "measured"
+            },
             "effective_batch": planning.effective_batch,
             "rows": rows,
         });
@@ -356,6 +396,7 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
         );
     }
     println!("GPU rows: {gpu_source}. The CPU row: measured on {backend} here.");
+    println!("{}", crate::kept::words(&[kept_here, kept_gpu]));
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 use headroom_core::Target;
+use headroom_core::plan::cache::Kept;
 use headroom_core::plan::{self, lengths::LengthModel};
 use headroom_core::readback::block_on;
 use headroom_core::registry::BuiltIn;
@@ -48,15 +49,24 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
         .max()
         .context("the data holds no utterance")?;
     let effective_batch = spec.planning_for(0, task.default_batch())?.effective_batch;
-    if !args.json {
-        println!(
-            "Calibrating {} ({} parameters) on {} at lengths up to {longest} frames...",
-            T::NAME,
-            task.parameters(),
-            target.backend
-        );
-    }
-    let measured = block_on(plan::lengths::calibrate(target, &task, longest))?;
+    let parts = [
+        "what-if lengths".into(),
+        serde_json::to_string(&target).unwrap_or_default(),
+        format!("{} threads", rayon::current_num_threads()),
+        format!("{task:?}"),
+        longest.to_string(),
+    ];
+    let (measured, kept) = crate::kept::kept(args.recalibrate, &parts, || {
+        if !args.json {
+            println!(
+                "Calibrating {} ({} parameters) on {} at lengths up to {longest} frames...",
+                T::NAME,
+                task.parameters(),
+                target.backend
+            );
+        }
+        Ok(block_on(plan::lengths::calibrate(target, &task, longest))?)
+    })?;
     let model = LengthModel::fit(
         &measured,
         task.parameters() * 4,
@@ -104,6 +114,7 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
             "utterances": lengths.len(),
             "effective_batch": effective_batch,
             "calibration": measured,
+            "calibrations": if kept == Kept::Read { "kept" } else { "measured" },
             "memory": source,
             "rows": rows,
         });
@@ -153,5 +164,6 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
         println!("Buckets (frames): {}", a.buckets.words());
     }
     println!("{source}.");
+    println!("{}", crate::kept::words(&[kept]));
     Ok(())
 }

@@ -4,6 +4,8 @@
 //! and a breakdown, [`search`] picks the fastest configuration that fits, and [`prepare`]
 //! checks the pick with a dry-run step at full size, backing off until one passes.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cache;
 pub mod calibrate;
 pub mod length_model;
 pub mod lengths;

@@ -108,6 +108,10 @@ pub struct PlanArgs {
     /// plan for a GPU that gives the run that much.
     #[arg(long, conflicts_with = "simulate_device")]
     pub what_if: bool,
+    /// With --what-if: measure the calibrations again instead of reading the ones an
+    /// earlier what-if of this build kept for this machine and model.
+    #[arg(long, requires = "what_if")]
+    pub recalibrate: bool,
     /// Plan for burn's own layers and quantizer instead of Headroom's forms and kernels
     /// (calibrating with them), to compare what each fits.
     #[arg(long)]

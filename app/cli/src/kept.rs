@@ -1,0 +1,48 @@
+//! The what-if's calibrations kept between runs (`headroom_core::plan::cache`): asked again
+//! on the same build, device and model, `plan --what-if` answers from what it measured before;
+//! `--recalibrate` measures anew (and keeps that).
+
+use anyhow::Result;
+use headroom_core::plan::cache::{CacheKey, CalibrationCache, Kept};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// What `measure` gives, or what it gave on an earlier run for the same `parts` (with this
+/// build); `recalibrate`: measure whatever is kept.
+pub fn kept<V: Serialize + DeserializeOwned>(
+    recalibrate: bool,
+    parts: &[String],
+    measure: impl FnOnce() -> Result<V>,
+) -> Result<(V, Kept)> {
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let (Some(cache), Some(key)) = (CalibrationCache::user(), CacheKey::for_this_build(&parts))
+    else {
+        return Ok((measure()?, Kept::Measured));
+    };
+    if !recalibrate {
+        return cache.read_or(&key, measure);
+    }
+    let value = measure()?;
+    if let Err(error) = cache.write(&key, &value) {
+        tracing::warn!(
+            "could not keep the calibration in {}: {error}",
+            cache.dir().display()
+        );
+    }
+    Ok((value, Kept::Measured))
+}
+
+/// The table's line on where its calibrations came from.
+pub fn words(kept: &[Kept]) -> String {
+    let dir = CalibrationCache::user()
+        .map(|c| c.dir().display().to_string())
+        .unwrap_or_default();
+    if kept.contains(&Kept::Read) {
+        format!(
+            "Calibrations kept from an earlier run of this build on this machine ({dir}); \
+             --recalibrate measures again."
+        )
+    } else {
+        format!("Calibrations measured now and kept for the next what-if ({dir}).")
+    }
+}
