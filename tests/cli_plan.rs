@@ -92,8 +92,10 @@ fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
 /// default model ran over eight minutes on a software Vulkan driver and for dcase-ae take
 /// about one. The table's logic is the same for every model.
 ///
-/// Asked again, the what-if answers from the calibrations the first one kept, the same
-/// table; `--recalibrate` measures again.
+/// The first what-if's GPU rows come from the calibration shipped with the build for
+/// dcase-ae (`core/src/plan/shipped/`); asked again, the what-if answers from what the first
+/// one kept, the same table; `--recalibrate` measures on lavapipe again, which checks that
+/// the shipped calibration is still what this build measures.
 #[test]
 fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     let args = [
@@ -111,9 +113,32 @@ fn what_if_plans_for_every_listed_gpu_and_this_cpu() {
     ];
     let _ = std::fs::remove_dir_all(common::test_cache_dir());
     let doc = run_json_document(&args);
-    assert_eq!(doc["calibrations"], "measured", "{}", doc["calibrations"]);
     let again = run_json_document(&args);
     assert_eq!(again["calibrations"], "kept", "{}", again["calibrations"]);
+    let mut measure_again = args.to_vec();
+    measure_again.push("--recalibrate");
+    let measured = run_json_document(&measure_again);
+    assert_eq!(measured["calibrations"], "measured");
+    if doc["calibrations"] == "shipped" {
+        // The shipped steps' peaks against this build's, step by step.
+        let steps = |d: &serde_json::Value| d["gpu_calibration"]["measurements"].clone();
+        let (shipped, fresh) = (steps(&doc), steps(&measured));
+        let (shipped, fresh) = (shipped.as_array().unwrap(), fresh.as_array().unwrap());
+        assert_eq!(shipped.len(), fresh.len(), "{shipped:?} against {fresh:?}");
+        for (s, f) in shipped.iter().zip(fresh) {
+            let (s_peak, f_peak) = (
+                s["peak_bytes"].as_f64().unwrap(),
+                f["peak_bytes"].as_f64().unwrap(),
+            );
+            assert!(
+                (s_peak - f_peak).abs() <= 0.05 * f_peak,
+                "the shipped calibration is stale (bench/ship_calibrations dcase-ae): {s} against {f}"
+            );
+        }
+    } else {
+        // No software adapter here: both GPU calibrations are the CPU's, measured.
+        assert_eq!(doc["calibrations"], "measured", "{}", doc["calibrations"]);
+    }
     assert_eq!(again["calibration"], doc["calibration"]);
     assert_eq!(again["gpu_calibration"], doc["gpu_calibration"]);
     // The same table, but for this CPU's budget, which follows the RAM free at the time.

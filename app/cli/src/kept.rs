@@ -32,6 +32,28 @@ pub fn kept<V: Serialize + DeserializeOwned>(
     Ok((value, Kept::Measured))
 }
 
+/// Whether a calibration is kept for `parts` with this build.
+pub fn is_kept(parts: &[String]) -> bool {
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let (Some(cache), Some(key)) = (CalibrationCache::user(), CacheKey::for_this_build(&parts))
+    else {
+        return false;
+    };
+    cache.read::<serde_json::Value>(&key).is_some()
+}
+
+/// One word for the JSON: "kept" where any calibration was read from an earlier run,
+/// "shipped" where one came with the build, else "measured".
+pub fn name(kept: &[Kept]) -> &'static str {
+    if kept.contains(&Kept::Read) {
+        "kept"
+    } else if kept.contains(&Kept::Shipped) {
+        "shipped"
+    } else {
+        "measured"
+    }
+}
+
 /// The table's line on where its calibrations came from.
 pub fn words(kept: &[Kept]) -> String {
     let dir = CalibrationCache::user()
@@ -41,6 +63,11 @@ pub fn words(kept: &[Kept]) -> String {
         format!(
             "Calibrations kept from an earlier run of this build on this machine ({dir}); \
              --recalibrate measures again."
+        )
+    } else if kept.contains(&Kept::Shipped) {
+        format!(
+            "The GPU rows' calibration came with this build; what was measured here is kept \
+             for the next what-if ({dir})."
         )
     } else {
         format!("Calibrations measured now and kept for the next what-if ({dir}).")

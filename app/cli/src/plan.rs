@@ -230,6 +230,26 @@ fn gpu_calibration<T: BuiltIn>(
     // A software adapter's memory is this machine's RAM, and its free figure says so.
     let room = adapter.free_memory.bytes.map(|free| free / 2);
     let device = format!("{} {}", adapter.name, adapter.api);
+    let parts = key_parts(target, &device, model, room);
+    // Nothing kept for this build and machine: what was shipped with the build for these
+    // settings, measured on a software adapter such as this one.
+    let kept_here = crate::kept::is_kept(&parts);
+    if let (false, false, true, Some(shipped)) = (
+        args.recalibrate,
+        kept_here,
+        adapter.class == headroom_core::probe::DeviceClass::SoftwareAdapter,
+        plan::shipped::gpu_calibration(&format!("{model:?}")),
+    ) {
+        return (
+            shipped.calibration,
+            format!(
+                "measured on wgpu ({}) when this build was made ({}), shipped with it; \
+                 --recalibrate measures on this machine's {}",
+                shipped.adapter, shipped.measured, adapter.name
+            ),
+            Kept::Shipped,
+        );
+    }
     let measure = || {
         if !args.json {
             println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
@@ -349,11 +369,8 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             "calibration": calibration,
             "gpu_memory": gpu_source,
             "gpu_calibration": gpu_calibration,
-            "calibrations": if [kept_here, kept_gpu].contains(&Kept::Read) {
-                "kept"
-            } else {
-                "measured"
-            },
+            "calibrations": crate::kept::name(&[kept_here, kept_gpu]),
+            "model_settings": format!("{model:?}"),
             "effective_batch": planning.effective_batch,
             "rows": rows,
         });

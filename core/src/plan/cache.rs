@@ -98,11 +98,13 @@ impl CalibrationCache {
     }
 }
 
-/// Whether a calibration was measured now or read from an earlier run.
+/// Whether a calibration was measured now, read from an earlier run or shipped with the
+/// build (`plan::shipped`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
     Measured,
     Read,
+    Shipped,
 }
 
 /// What a calibration depends on, hashed: this build, then the caller's parts (the device,

@@ -12,6 +12,7 @@ pub mod lengths;
 pub mod memory;
 pub mod read_ahead;
 pub mod search;
+pub mod shipped;
 
 use serde::{Deserialize, Serialize};
 
