@@ -204,7 +204,12 @@ fn gpu_calibration<T: BuiltIn>(
         allocation_cap: None,
         software_adapters: false,
     };
-    let adapter = headroom_core::probe::gpus::probe_here(settings)
+    // In a child process, as `auto` probes: a driver's complaints stay off the terminal.
+    let probe = headroom_core::probe::isolate::probe_machine(
+        headroom_core::probe::isolate::TIMEOUT,
+        settings,
+    );
+    let adapter = probe
         .devices
         .into_iter()
         .find(|d| d.backend == headroom_core::BackendKind::Wgpu && d.usable);
