@@ -1,4 +1,5 @@
-//! Calibrations shipped with the build: the GPU path of the default model and of dcase-ae
+//! Calibrations shipped with the build: the GPU path of the default model, dcase-ae,
+//! id-classifier and the GAN (small) at their default settings on the built-in dataset,
 //! measured on Mesa's software Vulkan adapter (lavapipe), for `plan --what-if` on a machine
 //! without a GPU, whose first answer would otherwise spend a minute measuring the same
 //! thing on its own software adapter (cubecl's pool rounds a step's allocations the same way
@@ -28,9 +29,11 @@ pub struct Shipped {
 }
 
 /// The files, as the build read them.
-const FILES: [&str; 2] = [
+const FILES: [&str; 4] = [
     include_str!("shipped/vq-patch-ae.wgpu.json"),
     include_str!("shipped/dcase-ae.wgpu.json"),
+    include_str!("shipped/id-classifier.wgpu.json"),
+    include_str!("shipped/spec-gan.wgpu.json"),
 ];
 
 /// Every shipped calibration this build can read.
@@ -55,18 +58,21 @@ pub fn gpu_calibration(model: &str) -> Option<Shipped> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DcaseAeConfig, VqAutoencoderConfig};
+    use crate::model::{DcaseAeConfig, IdClassifierConfig, VqAutoencoderConfig};
 
     /// Every file parses, was measured on wgpu, and is found for the default settings of its
     /// model (a change to those settings leaves it unused and fails here, to be measured
-    /// again with `bench/ship_calibrations`).
+    /// again with `bench/ship_calibrations`). The GAN's settings hold the built-in
+    /// dataset's machines, which the run reads from the data.
     #[test]
     fn each_shipped_calibration_belongs_to_its_models_default_settings() {
         let shipped = all();
         assert_eq!(shipped.len(), FILES.len(), "a shipped file does not parse");
+        assert!(shipped.iter().any(|s| s.model.starts_with("GanConfig {")));
         for model in [
             format!("{:?}", VqAutoencoderConfig::default()),
             format!("{:?}", DcaseAeConfig::default()),
+            format!("{:?}", IdClassifierConfig::default()),
         ] {
             let found = gpu_calibration(&model)
                 .unwrap_or_else(|| panic!("nothing shipped for the settings {model}"));
