@@ -1,12 +1,14 @@
 //! The model's convolutions on flex with their gradients computed by [`unfold`]'s kernels,
 //! wired in through burn's backend-extension mechanism.
 //!
-//! A convolution's forward stays burn's own (flex's im2col GEMMs are fast there), with the
-//! bias and the activation that follows most layers (ReLU, or a GAN discriminator's leaky
-//! ReLU) applied in the same call, on the output in place; the separate bias and activation
-//! passes (forward and backward) of the plain path go. A transpose convolution's forward is
-//! ours too ([`unfold::conv_transpose_forward`]: flex's scatters each sample's products one
-//! element at a time, single-threaded at a GAN generator's sizes). Backward is ours:
+//! Forward is ours too, one sample per rayon task: a convolution unfolds the sample and
+//! multiplies it by the weight ([`unfold::conv_forward`]; flex's own was a direct loop, 7%
+//! of the contrastive model's cached step), a transpose convolution multiplies and folds
+//! ([`unfold::conv_transpose_forward`]; flex's scatters each product one element at a time),
+//! and the bias and the activation that follows most layers (ReLU, or a GAN
+//! discriminator's leaky ReLU) are applied to the sample's output in the same task; the
+//! separate bias and activation passes (forward and backward) of the plain path go.
+//! Backward is ours:
 //! burn's default computes a weight gradient as a convolution with batch and channels
 //! swapped, GEMMs of 9-16 rows (gemm's narrow `x1x6` micro-kernel was 14% of a step's
 //! samples); weight gradients took about 40% of a CPU training step
@@ -26,7 +28,6 @@ pub mod unfold;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
-use burn::backend::ops::ModuleOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
@@ -78,18 +79,6 @@ fn transpose_layer(stride: usize, padding: usize) -> Layer {
         [1; 2],
         1,
     ))
-}
-
-fn bias_and_activation(y: FlexTensor, bias: &[f32], activation: Activation) -> FlexTensor {
-    let [_, channels, h, w] = dims4(&y);
-    let plane = h * w;
-    let mut y = writable(y);
-    y.storage_mut::<f32>()
-        .par_chunks_mut(plane)
-        .enumerate()
-        .with_min_len((CHUNK / plane.max(1)).max(1))
-        .for_each(|(i, plane)| add_and_activate(plane, bias[i % channels], activation));
-    y
 }
 
 /// `plane + bias`, then the activation, in place.
@@ -218,9 +207,8 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
 }
 
 impl LayerKernels for Flex {
-    /// A convolution: flex's own without bias, then one parallel pass over the output in
-    /// place, the bias added and the activation. A transpose convolution: ours, each sample
-    /// folded onto its bias and activated in the same task.
+    /// Each sample unfolded and multiplied (a convolution) or multiplied and folded (a
+    /// transpose convolution), its bias added and activated in the same task.
     fn layer_forward(
         layer: &Layer,
         x: FlexTensor,
@@ -230,8 +218,32 @@ impl LayerKernels for Flex {
     ) -> FlexTensor {
         match layer {
             Layer::Conv(options) => {
-                let y = <Flex as ModuleOps<Flex>>::conv2d(x, weight, None, options.clone());
-                bias_and_activation(y, &contiguous(&bias), activation)
+                let [n, cin, height, width] = dims4(&x);
+                let [out, _, kernel, _] = dims4(&weight);
+                let (stride, padding) = (options.stride[0], options.padding[0].0);
+                let side = |large: usize| (large + 2 * padding - kernel) / stride + 1;
+                let window = Window {
+                    channels: cin,
+                    large: [height, width],
+                    small: [side(height), side(width)],
+                    kernel,
+                    stride,
+                    padding,
+                };
+                let bias = contiguous(&bias);
+                let plane = window.small[0] * window.small[1];
+                let y = unfold::conv_forward(
+                    window,
+                    &contiguous(&x),
+                    &contiguous(&weight),
+                    out,
+                    |sample| {
+                        for (plane, &b) in sample.chunks_mut(plane.max(1)).zip(bias.iter()) {
+                            add_and_activate(plane, b, activation);
+                        }
+                    },
+                );
+                tensor(y, Shape::new([n, out, window.small[0], window.small[1]]))
             }
             Layer::Transpose(options) => {
                 let [n, cin, height, width] = dims4(&x);

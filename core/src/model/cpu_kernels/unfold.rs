@@ -279,6 +279,34 @@ pub fn conv_transpose_backward(
     (dx, wanted.weight.then_some(dw))
 }
 
+/// A convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels, large]`, `w` is
+/// `[out, rows]`; returns `[n, out, small]`. Each sample is unfolded and multiplied by the
+/// weight (one GEMM), then `finish` runs on its output (its bias and activation) while it
+/// is in cache; the samples are shared over rayon's threads.
+pub fn conv_forward(
+    window: Window,
+    x: &[f32],
+    w: &[f32],
+    out: usize,
+    finish: impl Fn(&mut [f32]) + Sync,
+) -> Vec<f32> {
+    let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
+    let n = x.len() / large.max(1);
+    let mut y = vec![0.0f32; n * out * positions];
+    let weight = Mat::new(w, out, rows);
+    y.par_chunks_mut((out * positions).max(1))
+        .enumerate()
+        .for_each_init(
+            || vec![0.0f32; rows * positions],
+            |cols, (b, y)| {
+                window.unfold(&x[b * large..(b + 1) * large], cols);
+                gemm(y, false, weight, Mat::new(cols, rows, positions));
+                finish(y);
+            },
+        );
+    y
+}
+
 /// A transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is `[n, cin, small]`,
 /// `w` is `[cin, rows]`; returns `[n, window.channels, large]`. Each sample's products of
 /// every input position with every tap (`w^T x`, one GEMM) are folded onto its output, then
@@ -492,6 +520,36 @@ mod tests {
         );
         assert!(none.is_none());
         assert_close(&dw_only.unwrap(), &ew, "dw alone");
+    }
+
+    #[test]
+    fn conv_forward_matches_direct_loops() {
+        // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
+        let (n, cin, out) = (3, 4, 5);
+        let window = Window {
+            channels: cin,
+            large: [9, 7],
+            small: [5, 4],
+            kernel: 3,
+            stride: 2,
+            padding: 1,
+        };
+        let x = values(n * cin * 63, 12);
+        let w = values(out * cin * 9, 13);
+        let y = conv_forward(window, &x, &w, out, |y| {
+            y.iter_mut().for_each(|v| *v -= 0.25)
+        });
+        let mut expected = vec![-0.25f32; n * out * 20];
+        for b in 0..n {
+            for (c, ky, kx, sy, sx, ly, lx) in links(window) {
+                for o in 0..out {
+                    let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
+                    let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
+                    expected[((b * out + o) * 5 + sy) * 4 + sx] += w[wi] * x[xi];
+                }
+            }
+        }
+        assert_close(&y, &expected, "y");
     }
 
     #[test]
