@@ -261,11 +261,7 @@ fn gpu_calibration<T: BuiltIn>(
         }
         calibrate_for_large_plans(target, model, room)
     };
-    match kept(
-        args.recalibrate,
-        &key_parts(target, &device, model, room),
-        measure,
-    ) {
+    match kept(args.recalibrate, &parts, measure) {
         Ok((measured, kept)) => (
             measured,
             format!(

@@ -1,0 +1,231 @@
+//! The kernels against direct loops over every (input, output, tap) link.
+
+use super::super::assert_close;
+use super::*;
+
+/// Deterministic values in [-1, 1).
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Every (large, small, tap) triple the window connects, by direct loops.
+fn links(w: Window) -> Vec<(usize, usize, usize, usize, usize, usize, usize)> {
+    let mut out = Vec::new();
+    for c in 0..w.channels {
+        for ky in 0..w.kernel {
+            for kx in 0..w.kernel {
+                for sy in 0..w.small[0] {
+                    for sx in 0..w.small[1] {
+                        let ly = (sy * w.stride + ky) as isize - w.padding as isize;
+                        let lx = (sx * w.stride + kx) as isize - w.padding as isize;
+                        if ly >= 0
+                            && lx >= 0
+                            && (ly as usize) < w.large[0]
+                            && (lx as usize) < w.large[1]
+                        {
+                            out.push((c, ky, kx, sy, sx, ly as usize, lx as usize));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn conv_gradients_match_direct_loops() {
+    // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
+    let (n, cin, out) = (3, 4, 5);
+    let window = Window {
+        channels: cin,
+        large: [9, 7],
+        small: [5, 4],
+        kernel: 3,
+        stride: 2,
+        padding: 1,
+    };
+    let x = values(n * cin * 63, 1);
+    let w = values(out * cin * 9, 2);
+    let dy = values(n * out * 20, 3);
+    let (dx, dw) = conv_backward(
+        window,
+        &x,
+        &w,
+        &dy,
+        out,
+        Wanted {
+            input: true,
+            weight: true,
+        },
+    );
+    let (mut ex, mut ew) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+    for b in 0..n {
+        for (c, ky, kx, sy, sx, ly, lx) in links(window) {
+            for o in 0..out {
+                let g = dy[((b * out + o) * 5 + sy) * 4 + sx];
+                let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
+                let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
+                ew[wi] += g * x[xi];
+                ex[xi] += g * w[wi];
+            }
+        }
+    }
+    assert_close(&dx.unwrap(), &ex, "dx");
+    assert_close(&dw.unwrap(), &ew, "dw");
+}
+
+#[test]
+fn conv_transpose_gradients_match_direct_loops() {
+    // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
+    let (n, cin, cout) = (2, 3, 4);
+    let window = Window {
+        channels: cout,
+        large: [10, 6],
+        small: [5, 3],
+        kernel: 4,
+        stride: 2,
+        padding: 1,
+    };
+    let x = values(n * cin * 15, 4);
+    let w = values(cin * cout * 16, 5);
+    let dy = values(n * cout * 60, 6);
+    let (dx, dw) = conv_transpose_backward(
+        window,
+        &x,
+        &w,
+        &dy,
+        cin,
+        Wanted {
+            input: true,
+            weight: true,
+        },
+    );
+    let (mut ex, mut ew) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+    for b in 0..n {
+        for (o, ky, kx, sy, sx, ly, lx) in links(window) {
+            for c in 0..cin {
+                let g = dy[((b * cout + o) * 10 + ly) * 6 + lx];
+                let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
+                let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
+                ew[wi] += g * x[xi];
+                ex[xi] += g * w[wi];
+            }
+        }
+    }
+    assert_close(&dx.unwrap(), &ex, "dx");
+    assert_close(&dw.unwrap(), &ew, "dw");
+    // Asking for one gradient gives the same one.
+    let (none, dw_only) = conv_transpose_backward(
+        window,
+        &x,
+        &w,
+        &dy,
+        cin,
+        Wanted {
+            input: false,
+            weight: true,
+        },
+    );
+    assert!(none.is_none());
+    assert_close(&dw_only.unwrap(), &ew, "dw alone");
+}
+
+#[test]
+fn conv_forward_matches_direct_loops() {
+    // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
+    let (n, cin, out) = (3, 4, 5);
+    let window = Window {
+        channels: cin,
+        large: [9, 7],
+        small: [5, 4],
+        kernel: 3,
+        stride: 2,
+        padding: 1,
+    };
+    let x = values(n * cin * 63, 12);
+    let w = values(out * cin * 9, 13);
+    let y = conv_forward(window, &x, &w, out, |y| {
+        y.iter_mut().for_each(|v| *v -= 0.25)
+    });
+    let mut expected = vec![-0.25f32; n * out * 20];
+    for b in 0..n {
+        for (c, ky, kx, sy, sx, ly, lx) in links(window) {
+            for o in 0..out {
+                let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
+                let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
+                expected[((b * out + o) * 5 + sy) * 4 + sx] += w[wi] * x[xi];
+            }
+        }
+    }
+    assert_close(&y, &expected, "y");
+}
+
+#[test]
+fn conv_transpose_forward_matches_direct_loops() {
+    // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
+    let (n, cin, cout) = (3, 3, 4);
+    let window = Window {
+        channels: cout,
+        large: [10, 6],
+        small: [5, 3],
+        kernel: 4,
+        stride: 2,
+        padding: 1,
+    };
+    let x = values(n * cin * 15, 10);
+    let w = values(cin * cout * 16, 11);
+    let y = conv_transpose_forward(window, &x, &w, cin, |out| {
+        out.iter_mut().for_each(|v| *v += 0.5)
+    });
+    let mut expected = vec![0.5f32; n * cout * 60];
+    for b in 0..n {
+        for (o, ky, kx, sy, sx, ly, lx) in links(window) {
+            for c in 0..cin {
+                let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
+                let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
+                expected[((b * cout + o) * 10 + ly) * 6 + lx] += w[wi] * x[xi];
+            }
+        }
+    }
+    assert_close(&y, &expected, "y");
+}
+
+/// The same gradients, bit for bit, on one thread and on three: a run is reproducible.
+#[test]
+fn gradients_do_not_depend_on_the_thread_count() {
+    let (n, cin, cout) = (7, 3, 4);
+    let window = Window {
+        channels: cout,
+        large: [10, 6],
+        small: [5, 3],
+        kernel: 4,
+        stride: 2,
+        padding: 1,
+    };
+    let x = values(n * cin * 15, 7);
+    let w = values(cin * cout * 16, 8);
+    let dy = values(n * cout * 60, 9);
+    let wanted = Wanted {
+        input: true,
+        weight: true,
+    };
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| conv_transpose_backward(window, &x, &w, &dy, cin, wanted))
+    };
+    let (one, three) = (on(1), on(3));
+    assert_eq!(one.0.unwrap(), three.0.unwrap());
+    assert_eq!(one.1.unwrap(), three.1.unwrap());
+}
