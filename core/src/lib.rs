@@ -24,6 +24,9 @@ pub mod precision;
 pub mod probe;
 pub mod readback;
 pub mod registry;
+// Native, as `bench`, whose results it holds.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod report;
 pub mod setting;
 pub mod size;
 pub mod spec;

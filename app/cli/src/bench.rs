@@ -6,13 +6,17 @@ use headroom_core::model::{ModelConfig, VqAutoencoderConfig};
 use headroom_core::registry::{BuiltIn, WithTask, with_saved};
 use headroom_core::spec::RunSpec;
 
-use crate::args::BenchArgs;
+use crate::args::{Backend, BenchArgs};
 use crate::render::mib;
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let threads = crate::set_threads(args.threads)?;
+    if let Some(path) = &args.report {
+        return crate::report::run(&args, path, threads);
+    }
     let resolved = args
         .backend
+        .unwrap_or(Backend::Flex)
         .resolve_for(args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME));
     if let Some(reason) = &resolved.reason {
         // On stderr: --json keeps stdout to one line.
@@ -26,8 +30,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         micro_batch: args.batch_size,
         n_patches: args.n_patches,
         accumulation: args.gradient_accumulation_steps,
-        steps: args.steps,
-        warmup: args.warmup,
+        steps: args.steps.unwrap_or(20),
+        warmup: args.warmup.unwrap_or(3),
         seed: args.seed,
         plain_layers: args.plain_layers,
         frames: args.frames,

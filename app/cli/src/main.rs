@@ -12,6 +12,7 @@ mod models;
 mod plan;
 mod probe;
 mod render;
+mod report;
 mod spec;
 mod train;
 mod what_if_lengths;

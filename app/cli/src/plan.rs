@@ -2,7 +2,6 @@
 //! `--what-if` the plans for common GPUs and this CPU from one calibration.
 
 use anyhow::{Result, anyhow};
-use headroom_core::Target;
 use headroom_core::events::Event;
 use headroom_core::memory::MemoryMeter;
 use headroom_core::model::{LayerForms, ModelConfig, VqAutoencoderConfig};
@@ -12,6 +11,7 @@ use headroom_core::readback::block_on;
 use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::size::human as gib;
 use headroom_core::split::Split;
+use headroom_core::{BackendKind, Target};
 
 use crate::args::PlanArgs;
 use crate::kept::kept;
@@ -334,6 +334,24 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
     })?;
     let (gpu_calibration, gpu_source, kept_gpu) =
         gpu_calibration(args, target, model, &calibration);
+    // The CPU row plans training on this CPU, so it is measured on one, also where the
+    // what-if runs on a GPU (whose calibration, f16 included, says nothing of a CPU's).
+    let cpu = Target::from(BackendKind::Flex);
+    let (cpu_calibration, kept_cpu) = if backend.is_host() {
+        (calibration.clone(), kept_here)
+    } else {
+        let room = host_free_bytes().map(|free| free / 2);
+        kept(
+            args.recalibrate,
+            &key_parts(cpu, &here, model, room),
+            || calibrate_for_large_plans(cpu, model, room),
+        )?
+    };
+    let cpu_backend = if backend.is_host() {
+        backend
+    } else {
+        BackendKind::Flex
+    };
     let planning = spec.planning_for(0, model.default_batch())?;
     let rows: Vec<Row> = targets
         .into_iter()
@@ -341,7 +359,7 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             let calibration = if d.gpu {
                 &gpu_calibration
             } else {
-                &calibration
+                &cpu_calibration
             };
             (d.name, d.budget_bytes, d.resident_bytes, calibration)
         })
@@ -370,7 +388,8 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             "calibration": calibration,
             "gpu_memory": gpu_source,
             "gpu_calibration": gpu_calibration,
-            "calibrations": crate::kept::name(&[kept_here, kept_gpu]),
+            "cpu_calibration": cpu_calibration,
+            "calibrations": crate::kept::name(&[kept_here, kept_gpu, kept_cpu]),
             "model_settings": format!("{model:?}"),
             "effective_batch": planning.effective_batch,
             "rows": rows,
@@ -413,8 +432,8 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             predicted
         );
     }
-    println!("GPU rows: {gpu_source}. The CPU row: measured on {backend} here.");
-    println!("{}", crate::kept::words(&[kept_here, kept_gpu]));
+    println!("GPU rows: {gpu_source}. The CPU row: measured on {cpu_backend} here.");
+    println!("{}", crate::kept::words(&[kept_here, kept_gpu, kept_cpu]));
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! report, not the program.
 
 pub mod cpu;
+pub mod device_use;
 pub mod gpus;
 pub mod isolate;
 

@@ -139,9 +139,10 @@ pub struct ModelsArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Backend to time (auto probes the machine and says why it chose).
-    #[arg(long, value_enum, default_value = "flex")]
-    pub backend: Backend,
+    /// Backend to time (auto probes the machine and says why it chose) [default: flex;
+    /// auto with --report].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// The model to time (`trainer-cli models`) [default: vq-patch-ae].
     #[arg(long)]
     pub model: Option<String>,
@@ -171,12 +172,12 @@ pub struct BenchArgs {
         default_value_t = 1
     )]
     pub gradient_accumulation_steps: usize,
-    /// Timed optimizer steps.
-    #[arg(long, default_value_t = 20)]
-    pub steps: usize,
-    /// Untimed steps first.
-    #[arg(long, default_value_t = 3)]
-    pub warmup: usize,
+    /// Timed optimizer steps [default: 20; 5 a model with --report].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Untimed steps first [default: 3; 2 with --report].
+    #[arg(long)]
+    pub warmup: Option<usize>,
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, default_value_t = 0)]
@@ -197,6 +198,26 @@ pub struct BenchArgs {
     /// optimizer): bytes in use, and reserved on a GPU, instead of timing steps.
     #[arg(long, conflicts_with = "profile")]
     pub memory_trace: bool,
+    /// Check Headroom on this machine and write what it found to FILE (JSON) with a table:
+    /// each built-in model's step at its default batch, and the planner's predictions
+    /// against real runs over a grid of budgets, beside the device's own count of its
+    /// memory where the platform gives one (NVML). Attach the file to a bug report.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "memory_trace", "json", "model"])]
+    pub report: Option<std::path::PathBuf>,
+    /// With --report: the models timed, comma-separated [default: every built-in model].
+    #[arg(long, value_delimiter = ',', requires = "report")]
+    pub report_models: Vec<String>,
+    /// With --report: the planner's grid as BUDGET:EFFECTIVE_BATCH cells, comma-separated
+    /// [default: 128MiB:256,256MiB:512,512MiB:1024 on a CPU; 256MiB:512,1GiB:1024,4GiB:4096
+    /// on a GPU, those that fit its free memory; 64MiB:64,128MiB:256 on a software adapter].
+    #[arg(long, value_delimiter = ',', requires = "report")]
+    pub report_cells: Vec<String>,
+    /// With --report: the model the planner's runs train [default: vq-patch-ae].
+    #[arg(long, requires = "report")]
+    pub report_plan_model: Option<String>,
+    /// With --report: optimizer steps each of the planner's runs trains.
+    #[arg(long, default_value_t = 3, requires = "report")]
+    pub report_run_steps: u64,
 }
 
 #[derive(Args, Debug, Clone)]
