@@ -494,6 +494,19 @@ fn phase_models(
         .collect()
 }
 
+/// Adds a measured step to the calibration's memory model (a step of a size already
+/// measured replaces that point). Only memory learns: its timing is one step, not a fit.
+pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
+    calibration.measurements.push(measured);
+    let refitted = fit(
+        calibration.backend,
+        calibration.measurements.clone(),
+        calibration.memory.accumulation_bytes,
+    );
+    calibration.memory = refitted.memory;
+    calibration.phases = refitted.phases;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cache;
 pub mod calibrate;
+mod landing;
 pub mod length_model;
 pub mod lengths;
 pub mod memory;
@@ -17,7 +18,7 @@ pub mod shipped;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{
-    Calibration, CalibrationError, Cut, StepMeasurement, calibrate, calibration_patches,
+    Calibration, CalibrationError, Cut, StepMeasurement, calibrate, calibration_patches, learn,
     measure_accumulating_step, measure_cut_step, measure_step,
 };
 pub use memory::{Breakdown, HalfCost, LinearCost, MeasuredCost, MemoryModel};
@@ -299,6 +300,8 @@ pub async fn prepare<T: TrainingTask>(
     let mut calibration = calibrate(target, task).await?;
     let resident = share.resident_bytes.max(in_use_now(target));
     let mut request = request_for(task, planning, resident, share.read_ahead)?;
+    let first = search_phases(task, &calibration, &request)?;
+    landing::calibrate_near(target, task, &mut calibration, &first).await?;
     let mut last = String::new();
     // The most recent measured plan that fitted: taken if the tries run out.
     let mut fallback: Option<Plan> = None;
@@ -541,19 +544,6 @@ fn accept<T: TrainingTask>(
         breakdown,
         calibration,
     }
-}
-
-/// Adds a measured step to the calibration's memory model (a step of a size already
-/// measured replaces that point). Only memory learns: its timing is one step, not a fit.
-pub fn learn(calibration: &mut Calibration, measured: StepMeasurement) {
-    calibration.measurements.push(measured);
-    let refitted = calibrate::fit(
-        calibration.backend,
-        calibration.measurements.clone(),
-        calibration.memory.accumulation_bytes,
-    );
-    calibration.memory = refitted.memory;
-    calibration.phases = refitted.phases;
 }
 
 #[cfg(test)]
