@@ -227,28 +227,23 @@ fn report_on_flex_times_the_models_and_checks_the_planner() {
 /// Bad input is refused before anything runs, in words that name it.
 #[test]
 fn report_refuses_an_unknown_model_and_a_malformed_cell() {
-    let stderr = common::run_failing(&[
-        "bench",
-        "--report",
-        "r.json",
-        "--backend",
-        "flex",
-        "--report-models",
-        "no-such-model",
-    ]);
+    let refused = |flag: &str, value: &str| {
+        common::run_failing(&[
+            "bench",
+            "--report",
+            "r.json",
+            "--backend",
+            "flex",
+            flag,
+            value,
+        ])
+    };
+    let stderr = refused("--report-models", "no-such-model");
     assert!(
         stderr.contains("no-such-model") && stderr.contains("vq-patch-ae"),
         "{stderr}"
     );
-    let stderr = common::run_failing(&[
-        "bench",
-        "--report",
-        "r.json",
-        "--backend",
-        "flex",
-        "--report-cells",
-        "128MiB",
-    ]);
+    let stderr = refused("--report-cells", "128MiB");
     assert!(
         stderr.contains("BUDGET:EFFECTIVE_BATCH") && stderr.contains("128MiB"),
         "{stderr}"
