@@ -183,15 +183,8 @@ impl PlannerSummary {
     pub fn of(rows: &[PlannerRow]) -> Self {
         let checks: Vec<&PlanCheck> = rows.iter().filter_map(|r| r.check.as_ref().ok()).collect();
         let mut abs: Vec<f64> = checks.iter().map(|c| c.error.abs()).collect();
-        abs.sort_by(f64::total_cmp);
-        let median = (!abs.is_empty()).then(|| {
-            let n = abs.len();
-            if n % 2 == 1 {
-                abs[n / 2]
-            } else {
-                (abs[n / 2 - 1] + abs[n / 2]) / 2.0
-            }
-        });
+        // Sorts `abs` too, so its last is the worst.
+        let median = (!abs.is_empty()).then(|| crate::bench::median(&mut abs));
         let worst = abs.last().copied();
         let most_under = checks
             .iter()

@@ -117,15 +117,15 @@ pub fn run(args: &BenchArgs, path: &Path, threads: usize) -> Result<()> {
         threads,
     };
 
+    let steps = args.steps.unwrap_or(REPORT_STEPS).to_string();
+    let warmup = args.warmup.unwrap_or(REPORT_WARMUP).to_string();
     let mut speed = Vec::new();
     for info in &models {
         let name = info.name;
         let batch = info.default_batch;
         eprintln!(
             "timing {name}: {} x {} a micro-batch, {} steps...",
-            batch.spectrograms,
-            batch.patches,
-            args.steps.unwrap_or(REPORT_STEPS)
+            batch.spectrograms, batch.patches, steps
         );
         let (result, device_use) = sampled_while(|| {
             child.output(&[
@@ -138,9 +138,9 @@ pub fn run(args: &BenchArgs, path: &Path, threads: usize) -> Result<()> {
                 "--n-patches",
                 &batch.patches.to_string(),
                 "--steps",
-                &args.steps.unwrap_or(REPORT_STEPS).to_string(),
+                &steps,
                 "--warmup",
-                &args.warmup.unwrap_or(REPORT_WARMUP).to_string(),
+                &warmup,
             ])
         });
         let result = result.and_then(|out| {

@@ -222,7 +222,7 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
 }
 
 /// The middle value, or the mean of the two middle ones, as Python's `statistics.median`.
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,
