@@ -108,3 +108,38 @@ fn padding_is_left_out_of_the_loss() {
         "alone {loss_alone}, padded to 60 frames {loss_twice}"
     );
 }
+
+/// The subsampling in parts of a few utterances (how it runs on a device pool) is the
+/// subsampling of the whole micro-batch: the same output and the same gradients.
+#[test]
+fn the_subsampling_in_parts_is_the_whole_ones() {
+    use burn::optim::SgdConfig;
+
+    let device = cpu(4);
+    let networks = AsrNetworks::new(AsrShape::TINY, MELS, VOCABULARY, &device);
+    let features: Tensor<3> =
+        Tensor::random([5, 40, MELS], Distribution::Normal(0.0, 1.0), &device);
+    let weights: Tensor<3> = Tensor::random([5, 9, 64], Distribution::Normal(0.0, 1.0), &device);
+    let gradient_step = |rows: usize| {
+        let out = networks.subsample(features.clone(), rows);
+        let values = out.clone().into_data().convert::<f32>();
+        let values = values.as_slice::<f32>().unwrap().to_vec();
+        let grads =
+            GradientsParams::from_grads((out * weights.clone()).sum().backward(), &networks);
+        // One SGD step of rate 1 from the same parameters: the parameters differ by the gradients.
+        let stepped = SgdConfig::new().init().step(1.0, networks.clone(), grads);
+        (values, crate::model::flat_parameters(&stepped))
+    };
+    let (whole, whole_step) = gradient_step(usize::MAX);
+    let (parts, parts_step) = gradient_step(2);
+    assert_eq!(whole.len(), 5 * 9 * 64);
+    assert!(crate::model::largest_difference(&whole, &parts) <= 1e-5);
+    let moved =
+        crate::model::largest_difference(&whole_step, &crate::model::flat_parameters(&networks));
+    assert!(moved > 1e-3, "the gradients move the parameters: {moved}");
+    let apart = crate::model::largest_difference(&whole_step, &parts_step);
+    assert!(
+        apart <= 1e-5 * moved.max(1.0),
+        "parts' gradients {apart} from the whole's"
+    );
+}
