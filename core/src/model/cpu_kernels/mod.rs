@@ -23,6 +23,7 @@ pub mod group_norm;
 pub mod layer_norm;
 pub mod linear;
 mod matrix;
+pub mod relu6;
 pub mod unfold;
 
 use burn::backend::autodiff::Autodiff;
