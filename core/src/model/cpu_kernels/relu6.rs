@@ -3,7 +3,7 @@
 //!
 //! burn 0.22.1's autodiff records a clamp as two comparisons into masks and two masked
 //! fills, which flex runs element by element on strided layouts: a fifth of the
-//! id-classifier's step (perf at 7609f26). Written as two ReLUs instead it ran as fast but
+//! id-classifier's step (perf at af9247a). Written as two ReLUs instead it ran as fast but
 //! kept two more activations per layer (the step's peak +50%); this op keeps the output,
 //! which the next layer holds anyway. Written by hand because burn has no ReLU6 whose
 //! backward reads its output.
