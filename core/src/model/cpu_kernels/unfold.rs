@@ -261,7 +261,8 @@ pub fn conv_backward(
         );
         if wanted.weight {
             window.unfold(&x[b * large..(b + 1) * large], cols);
-            gemm(dw, true, grad, Mat::new(cols, rows, positions).t());
+            // Transposed, `dw^T += cols grad^T`: see `transposed`.
+            gemm(dw, true, Mat::new(cols, rows, positions), grad.t());
         }
         if let Some(dx) = dx {
             gemm(cols, false, weight.t(), grad);
@@ -276,7 +277,24 @@ pub fn conv_backward(
         dx.as_deref_mut(),
         per_sample,
     );
-    (dx, wanted.weight.then_some(dw))
+    (dx, wanted.weight.then(|| transposed(&dw, rows, out)))
+}
+
+/// `[cols, rows]` of a row-major `[rows, cols]`.
+///
+/// The weight gradients are summed transposed, `dw^T (+)= unfolded @ other^T`: the `gemm`
+/// crate computes a row-major destination as its transpose and packs the product's right
+/// side as its left, so `dw (+)= other @ unfolded^T` had it repack the whole unfolded matrix
+/// (rows x positions) across its layout for every sample, where this packs `other` (a few
+/// channels x positions): `pack_lhs` was 14.5% of a GAN step (perf at 7609f26).
+fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    for (r, row) in values.chunks_exact(cols.max(1)).enumerate().take(rows) {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
 }
 
 /// Gradients of a transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is
@@ -300,7 +318,8 @@ pub fn conv_transpose_backward(
         let unfolded = Mat::new(cols, rows, positions);
         if wanted.weight {
             let input = Mat::new(&x[b * sample..(b + 1) * sample], cin, positions);
-            gemm(dw, true, input, unfolded.t());
+            // Transposed, `dw^T += unfolded input^T`: see `transposed`.
+            gemm(dw, true, unfolded, input.t());
         }
         if let Some(dx) = dx {
             gemm(dx, false, weight, unfolded);
@@ -314,7 +333,7 @@ pub fn conv_transpose_backward(
         dx.as_deref_mut(),
         per_sample,
     );
-    (dx, wanted.weight.then_some(dw))
+    (dx, wanted.weight.then(|| transposed(&dw, rows, cin)))
 }
 
 /// A convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels, large]`, `w` is
