@@ -94,7 +94,7 @@ impl ConvNorm {
         // On flex one op that keeps only its output (burn's clamp runs as masked fills
         // there: a fifth of this network's step).
         #[cfg(feature = "flex")]
-        if y.dtype() == burn::tensor::DType::F32 && super::cpu_kernels::runs_on(&y.device()) {
+        if super::cpu_kernels::take(&y) {
             return super::cpu_kernels::relu6::relu6(y);
         }
         relu6(y)

@@ -398,6 +398,11 @@ pub fn runs_on(device: &burn::tensor::Device) -> bool {
     *device == burn::tensor::Device::flex()
 }
 
+/// Whether these kernels take `x`: an f32 tensor on flex.
+pub fn take<const D: usize>(x: &Tensor<D>) -> bool {
+    x.dtype() == DType::F32 && runs_on(&x.device())
+}
+
 /// `activation(conv(x, weight) + bias)` through [`UnfoldedConv`]; all on flex, f32.
 pub fn conv(
     x: Tensor<4>,
