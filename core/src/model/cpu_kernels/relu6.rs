@@ -109,8 +109,7 @@ mod tests {
     #[test]
     fn matches_burns_relu6() {
         let device = BackendKind::Flex.device().unwrap().autodiff();
-        let values: Vec<f32> = (0..96).map(|i| (i as f32 - 24.0) * 0.19).collect();
-        let mut values = values;
+        let mut values: Vec<f32> = (0..96).map(|i| (i as f32 - 24.0) * 0.19).collect();
         values.extend([0.0, 6.0, -0.0, 6.5, -7.0]);
         let n = values.len();
         let upstream: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
