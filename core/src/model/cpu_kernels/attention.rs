@@ -24,7 +24,7 @@ use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm, gemm_into};
-use super::{contiguous, register, tensor};
+use super::{contiguous, lanes, register, tensor};
 
 /// Which keys each query attends: a key is left out when it is past its sequence's own
 /// length, or (`causal`) after the query's position.
@@ -269,7 +269,7 @@ impl Backward<Flex, 3> for AttentionBackward {
                 let mut ds = vec![0.0f32; p.len()];
                 gemm(&mut ds, false, dout, sizes.view(&vv, task, keys).t());
                 for (query, (row, p)) in ds.chunks_mut(keys).zip(p.chunks(keys)).enumerate() {
-                    let dot: f32 = row.iter().zip(p).map(|(d, p)| d * p).sum();
+                    let [dot] = lanes::sums(row, p, |d, p| [d * p]);
                     let reads = state.mask.reads(sequence, query, keys);
                     let (read, left_out) = row.split_at_mut(reads);
                     for (d, p) in read.iter_mut().zip(p) {

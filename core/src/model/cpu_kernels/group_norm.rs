@@ -22,7 +22,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{CHUNK, contiguous, register, sum_partials, tensor};
+use super::{CHUNK, contiguous, lanes, register, sum_partials, tensor};
 
 /// `relu((x - mean) / sqrt(variance + epsilon) * gamma + beta)` (the ReLU when `relu`),
 /// mean and (biased) variance over each example's group of channels, `gamma` and `beta`
@@ -106,9 +106,8 @@ fn forward(
                 .zip(x.chunks(width))
                 .enumerate()
             {
-                let mean = x.iter().sum::<f32>() / width as f32;
-                let variance =
-                    x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+                let mean = lanes::sum(x) / width as f32;
+                let variance = lanes::sum_of(x, |v| (v - mean) * (v - mean)) / width as f32;
                 *inverse = 1.0 / (variance + epsilon as f32).sqrt();
                 let first = rows.first_channel(task * per_task + i);
                 for (c, ((out, normalised), x)) in out
@@ -120,11 +119,10 @@ fn forward(
                     let (g, b) = (gamma[first + c], beta[first + c]);
                     for ((o, n), &v) in out.iter_mut().zip(normalised.iter_mut()).zip(x) {
                         *n = (v - mean) * *inverse;
-                        *o = *n * g + b;
-                        // Written so that NaN stays NaN, as burn's ReLU keeps it.
-                        if relu && *o < 0.0 {
-                            *o = 0.0;
-                        }
+                        let y = *n * g + b;
+                        // NaN stays NaN, as burn's ReLU keeps it; a select on every element
+                        // (a store only where negative is a branch per element).
+                        *o = if relu && y < 0.0 { 0.0 } else { y };
                     }
                 }
             }
@@ -209,16 +207,10 @@ impl Backward<Flex, 3> for GroupNormBackward {
                         if let Some(beta) = &beta {
                             let b = beta[channel];
                             for (d, &n) in d.iter_mut().zip(n) {
-                                if n * g + b <= 0.0 {
-                                    *d = 0.0;
-                                }
+                                *d = if n * g + b <= 0.0 { 0.0 } else { *d };
                             }
                         }
-                        let (mut dn, mut dsum) = (0.0f32, 0.0f32);
-                        for (&d, &n) in d.iter().zip(n) {
-                            dn += d * n;
-                            dsum += d;
-                        }
+                        let [dn, dsum] = lanes::sums(&d, n, |d, n| [d * n, d]);
                         sums[channel] += dn;
                         sums[channels + channel] += dsum;
                         mean_g += g * dsum;

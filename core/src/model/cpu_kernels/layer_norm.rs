@@ -18,7 +18,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{CHUNK, contiguous, register, tensor};
+use super::{CHUNK, contiguous, lanes, register, tensor};
 
 /// `(x - mean) / sqrt(variance + epsilon) * gamma + beta` over the last axis of `x`,
 /// mean and (biased) variance taken per row, as burn's `LayerNorm` computes it.
@@ -63,9 +63,8 @@ fn forward(
                 .zip(inverse.iter_mut())
                 .zip(x.chunks(width))
             {
-                let mean = x.iter().sum::<f32>() / width as f32;
-                let variance =
-                    x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+                let mean = lanes::sum(x) / width as f32;
+                let variance = lanes::sum_of(x, |v| (v - mean) * (v - mean)) / width as f32;
                 *inverse = 1.0 / (variance + epsilon as f32).sqrt();
                 for ((((o, n), &v), &g), &b) in out
                     .iter_mut()

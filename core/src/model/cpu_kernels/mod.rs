@@ -20,6 +20,7 @@
 pub mod attention;
 pub mod ctc;
 pub mod group_norm;
+mod lanes;
 pub mod layer_norm;
 pub mod linear;
 mod matrix;
@@ -88,16 +89,13 @@ fn add_and_activate(plane: &mut [f32], bias: f32, activation: Activation) {
         Activation::None => plane.iter_mut().for_each(|v| *v += bias),
         // Written so that NaN stays NaN, as burn's and PyTorch's ReLU keep it.
         Activation::Relu => plane.iter_mut().for_each(|v| {
-            *v += bias;
-            if *v < 0.0 {
-                *v = 0.0;
-            }
+            let x = *v + bias;
+            // A select, not a store only where negative: that one is a branch per element.
+            *v = if x < 0.0 { 0.0 } else { x };
         }),
         Activation::Leaky(slope) => plane.iter_mut().for_each(|v| {
-            *v += bias;
-            if *v < 0.0 {
-                *v *= slope;
-            }
+            let x = *v + bias;
+            *v = if x < 0.0 { x * slope } else { x };
         }),
     }
 }
@@ -304,12 +302,10 @@ impl LayerKernels for Flex {
             .for_each(|(i, (grads, sum))| {
                 if let Some(y) = &output {
                     for (g, &y) in grads.iter_mut().zip(&y[i * plane..(i + 1) * plane]) {
-                        if y <= 0.0 {
-                            *g *= slope;
-                        }
+                        *g = if y <= 0.0 { *g * slope } else { *g };
                     }
                 }
-                *sum = grads.iter().sum();
+                *sum = lanes::sum(grads);
             });
         let db = wanted.bias.then(|| {
             let mut db = vec![0.0f32; out_channels];

@@ -41,21 +41,13 @@ fn links(w: Window) -> Vec<(usize, usize, usize, usize, usize, usize, usize)> {
     out
 }
 
-#[test]
-fn conv_gradients_match_direct_loops() {
-    // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
-    let (n, cin, out) = (3, 4, 5);
-    let window = Window {
-        channels: cin,
-        large: [9, 7],
-        small: [5, 4],
-        kernel: 3,
-        stride: 2,
-        padding: 1,
-    };
-    let x = values(n * cin * 63, 1);
-    let w = values(out * cin * 9, 2);
-    let dy = values(n * out * 20, 3);
+/// A convolution's gradients over `n` samples against direct loops.
+fn check_conv_gradients(n: usize, window: Window, out: usize) {
+    let cin = window.channels;
+    let ([lh, lw], [sh, sw], k) = (window.large, window.small, window.kernel);
+    let x = values(n * cin * lh * lw, 1);
+    let w = values(out * cin * k * k, 2);
+    let dy = values(n * out * sh * sw, 3);
     let (dx, dw) = conv_backward(
         window,
         &x,
@@ -71,9 +63,9 @@ fn conv_gradients_match_direct_loops() {
     for b in 0..n {
         for (c, ky, kx, sy, sx, ly, lx) in links(window) {
             for o in 0..out {
-                let g = dy[((b * out + o) * 5 + sy) * 4 + sx];
-                let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
-                let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
+                let g = dy[((b * out + o) * sh + sy) * sw + sx];
+                let wi = ((o * cin + c) * k + ky) * k + kx;
+                let xi = ((b * cin + c) * lh + ly) * lw + lx;
                 ew[wi] += g * x[xi];
                 ex[xi] += g * w[wi];
             }
@@ -84,20 +76,30 @@ fn conv_gradients_match_direct_loops() {
 }
 
 #[test]
-fn conv_transpose_gradients_match_direct_loops() {
-    // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
-    let (n, cin, cout) = (2, 3, 4);
+fn conv_gradients_match_direct_loops() {
+    // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
     let window = Window {
-        channels: cout,
-        large: [10, 6],
-        small: [5, 3],
-        kernel: 4,
+        channels: 4,
+        large: [9, 7],
+        small: [5, 4],
+        kernel: 3,
         stride: 2,
         padding: 1,
     };
-    let x = values(n * cin * 15, 4);
-    let w = values(cin * cout * 16, 5);
-    let dy = values(n * cout * 60, 6);
+    check_conv_gradients(3, window, 5);
+    // Runs of several samples side by side (20 positions: runs of 3, the last of 2).
+    assert_eq!(Run::of(20, 20).samples, 3);
+    check_conv_gradients(20, window, 5);
+}
+
+/// A transpose convolution's gradients over `n` samples against direct loops; the weight's
+/// alone too.
+fn check_conv_transpose_gradients(n: usize, window: Window, cin: usize) {
+    let cout = window.channels;
+    let ([lh, lw], [sh, sw], k) = (window.large, window.small, window.kernel);
+    let x = values(n * cin * sh * sw, 4);
+    let w = values(cin * cout * k * k, 5);
+    let dy = values(n * cout * lh * lw, 6);
     let (dx, dw) = conv_transpose_backward(
         window,
         &x,
@@ -113,9 +115,9 @@ fn conv_transpose_gradients_match_direct_loops() {
     for b in 0..n {
         for (o, ky, kx, sy, sx, ly, lx) in links(window) {
             for c in 0..cin {
-                let g = dy[((b * cout + o) * 10 + ly) * 6 + lx];
-                let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
-                let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
+                let g = dy[((b * cout + o) * lh + ly) * lw + lx];
+                let wi = ((c * cout + o) * k + ky) * k + kx;
+                let xi = ((b * cin + c) * sh + sy) * sw + sx;
                 ew[wi] += g * x[xi];
                 ex[xi] += g * w[wi];
             }
@@ -123,7 +125,6 @@ fn conv_transpose_gradients_match_direct_loops() {
     }
     assert_close(&dx.unwrap(), &ex, "dx");
     assert_close(&dw.unwrap(), &ew, "dw");
-    // Asking for one gradient gives the same one.
     let (none, dw_only) = conv_transpose_backward(
         window,
         &x,
@@ -137,6 +138,23 @@ fn conv_transpose_gradients_match_direct_loops() {
     );
     assert!(none.is_none());
     assert_close(&dw_only.unwrap(), &ew, "dw alone");
+}
+
+#[test]
+fn conv_transpose_gradients_match_direct_loops() {
+    // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
+    let window = Window {
+        channels: 4,
+        large: [10, 6],
+        small: [5, 3],
+        kernel: 4,
+        stride: 2,
+        padding: 1,
+    };
+    check_conv_transpose_gradients(2, window, 3);
+    // Runs of several samples side by side (15 positions: runs of 3, the last of 2).
+    assert_eq!(Run::of(20, 15).samples, 3);
+    check_conv_transpose_gradients(20, window, 3);
 }
 
 #[test]
@@ -202,7 +220,8 @@ fn conv_transpose_forward_matches_direct_loops() {
 /// The same gradients, bit for bit, on one thread and on three: a run is reproducible.
 #[test]
 fn gradients_do_not_depend_on_the_thread_count() {
-    let (n, cin, cout) = (7, 3, 4);
+    // Runs of 3 samples side by side, the last of 2.
+    let (n, cin, cout) = (20, 3, 4);
     let window = Window {
         channels: cout,
         large: [10, 6],
