@@ -83,7 +83,9 @@ impl Window {
             let phased: &[f32] = if stride > 1 {
                 for (src, dst) in plane.chunks_exact(lw).zip(split.chunks_exact_mut(lw)) {
                     if stride == 2 {
-                        // Pairs, which the compiler turns into vector shuffles.
+                        // Pairs, which the compiler turns into vector shuffles (without this
+                        // branch a GAN step at 16 x 4 ran 1.6% and 5.9% slower, medians of
+                        // 10 and 8 paired whole-process runs at 6d06289, spread +-20%).
                         let (evens, odds) = dst.split_at_mut(phase_start[1]);
                         for ((e, o), pair) in evens.iter_mut().zip(odds).zip(src.chunks_exact(2)) {
                             *e = pair[0];
@@ -357,12 +359,7 @@ pub fn conv_transpose_backward(
             } else {
                 let all = &mut s.other[..cin * ld];
                 gemm(all, false, weight, unfolded);
-                for (i, dx) in dx.chunks_mut(sample).enumerate() {
-                    for (c, row) in dx.chunks_mut(positions).enumerate() {
-                        let at = c * ld + i * positions;
-                        row.copy_from_slice(&all[at..at + positions]);
-                    }
-                }
+                apart(all, dx, cin, positions);
             }
         }
     };
@@ -378,9 +375,9 @@ pub fn conv_transpose_backward(
 }
 
 /// A convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels, large]`, `w` is
-/// `[out, rows]`; returns `[n, out, small]`. Each sample is unfolded and multiplied by the
-/// weight (one GEMM), then `finish` runs on its output (its bias and activation) while it
-/// is in cache; the samples are shared over rayon's threads.
+/// `[out, rows]`; returns `[n, out, small]`. Each run of samples (see [`Run`]) is unfolded
+/// and multiplied by the weight (one GEMM), then `finish` runs on each sample's output (its
+/// bias and activation) while it is in cache; the runs are shared over rayon's threads.
 pub fn conv_forward(
     window: Window,
     x: &[f32],
@@ -390,26 +387,45 @@ pub fn conv_forward(
 ) -> Vec<f32> {
     let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
     let n = x.len() / large.max(1);
-    let mut y = vec![0.0f32; n * out * positions];
+    let run = Run::of(n, positions);
+    let sample = out * positions;
+    let mut y = vec![0.0f32; n * sample];
     let weight = Mat::new(w, out, rows);
-    y.par_chunks_mut((out * positions).max(1))
+    y.par_chunks_mut((run.samples * sample).max(1))
         .enumerate()
         .for_each_init(
-            || vec![0.0f32; rows * positions],
-            |cols, (b, y)| {
-                window.unfold(&x[b * large..(b + 1) * large], cols, positions);
-                gemm(y, false, weight, Mat::new(cols, rows, positions));
-                finish(y);
+            || Scratch::sized(rows, out, run.columns(positions)),
+            |s, (r, y)| {
+                let first = r * run.samples;
+                let count = y.len() / sample.max(1);
+                let ld = count * positions;
+                for i in 0..count {
+                    let b = first + i;
+                    window.unfold(
+                        &x[b * large..(b + 1) * large],
+                        &mut s.cols[i * positions..],
+                        ld,
+                    );
+                }
+                let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
+                if count == 1 {
+                    gemm(y, false, weight, cols);
+                } else {
+                    let all = &mut s.other[..out * ld];
+                    gemm(all, false, weight, cols);
+                    apart(all, y, out, positions);
+                }
+                y.chunks_mut(sample.max(1)).for_each(&finish);
             },
         );
     y
 }
 
 /// A transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is `[n, cin, small]`,
-/// `w` is `[cin, rows]`; returns `[n, window.channels, large]`. Each sample's products of
-/// every input position with every tap (`w^T x`, one GEMM) are folded onto its output, then
-/// `finish` runs on that output (its bias and activation) while it is in cache; the
-/// samples are shared over rayon's threads.
+/// `w` is `[cin, rows]`; returns `[n, window.channels, large]`. Each run of samples' products
+/// of every input position with every tap (`w^T x`, one GEMM) are folded onto each sample's
+/// output, then `finish` runs on that output (its bias and activation) while it is in
+/// cache; the runs are shared over rayon's threads.
 pub fn conv_transpose_forward(
     window: Window,
     x: &[f32],
@@ -420,18 +436,38 @@ pub fn conv_transpose_forward(
     let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
     let sample = cin * positions;
     let n = x.len() / sample.max(1);
+    let run = Run::of(n, positions);
     let mut y = vec![0.0f32; n * large];
     let weight = Mat::new(w, cin, rows);
-    y.par_chunks_mut(large.max(1)).enumerate().for_each_init(
-        || vec![0.0f32; rows * positions],
-        |cols, (b, out)| {
-            let input = Mat::new(&x[b * sample..(b + 1) * sample], cin, positions);
-            gemm(cols, false, weight.t(), input);
-            window.fold(cols, positions, out);
-            finish(out);
-        },
-    );
+    y.par_chunks_mut((run.samples * large).max(1))
+        .enumerate()
+        .for_each_init(
+            || Scratch::sized(rows, cin, run.columns(positions)),
+            |s, (r, out)| {
+                let first = r * run.samples;
+                let count = out.len() / large.max(1);
+                let ld = count * positions;
+                let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
+                let cols = &mut s.cols[..rows * ld];
+                gemm(cols, false, weight.t(), Mat::new(input, cin, ld));
+                for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
+                    window.fold(&cols[i * positions..], ld, out);
+                    finish(out);
+                }
+            },
+        );
     y
+}
+
+/// Each sample's `[channels, positions]` from a run's `[channels, samples * positions]`
+/// (the inverse of [`side_by_side`]).
+fn apart(all: &[f32], samples: &mut [f32], channels: usize, positions: usize) {
+    let ld = all.len() / channels.max(1);
+    for (i, sample) in samples.chunks_mut(channels * positions).enumerate() {
+        for (c, row) in sample.chunks_mut(positions).enumerate() {
+            row.copy_from_slice(&all[c * ld + i * positions..][..positions]);
+        }
+    }
 }
 
 /// How a batch is cut into runs of samples, each summing its own weight-gradient partial

@@ -157,30 +157,60 @@ fn conv_transpose_gradients_match_direct_loops() {
     check_conv_transpose_gradients(20, window, 3);
 }
 
+/// A convolution over `n` samples against direct loops.
+fn check_conv_forward(n: usize, window: Window, out: usize) {
+    let cin = window.channels;
+    let ([lh, lw], [sh, sw], k) = (window.large, window.small, window.kernel);
+    let x = values(n * cin * lh * lw, 12);
+    let w = values(out * cin * k * k, 13);
+    let y = conv_forward(window, &x, &w, out, |y| {
+        y.iter_mut().for_each(|v| *v -= 0.25)
+    });
+    let mut expected = vec![-0.25f32; n * out * sh * sw];
+    for b in 0..n {
+        for (c, ky, kx, sy, sx, ly, lx) in links(window) {
+            for o in 0..out {
+                let wi = ((o * cin + c) * k + ky) * k + kx;
+                let xi = ((b * cin + c) * lh + ly) * lw + lx;
+                expected[((b * out + o) * sh + sy) * sw + sx] += w[wi] * x[xi];
+            }
+        }
+    }
+    assert_close(&y, &expected, "y");
+}
+
 #[test]
 fn conv_forward_matches_direct_loops() {
     // A stride-2 3x3 convolution with padding 1 on an odd-sized image.
-    let (n, cin, out) = (3, 4, 5);
     let window = Window {
-        channels: cin,
+        channels: 4,
         large: [9, 7],
         small: [5, 4],
         kernel: 3,
         stride: 2,
         padding: 1,
     };
-    let x = values(n * cin * 63, 12);
-    let w = values(out * cin * 9, 13);
-    let y = conv_forward(window, &x, &w, out, |y| {
-        y.iter_mut().for_each(|v| *v -= 0.25)
+    check_conv_forward(3, window, 5);
+    // Runs of 3 samples side by side, the last of 2.
+    check_conv_forward(20, window, 5);
+}
+
+/// A transpose convolution over `n` samples against direct loops.
+fn check_conv_transpose_forward(n: usize, window: Window, cin: usize) {
+    let cout = window.channels;
+    let ([lh, lw], [sh, sw], k) = (window.large, window.small, window.kernel);
+    let x = values(n * cin * sh * sw, 10);
+    let w = values(cin * cout * k * k, 11);
+    let y = conv_transpose_forward(window, &x, &w, cin, |out| {
+        out.iter_mut().for_each(|v| *v += 0.5)
     });
-    let mut expected = vec![-0.25f32; n * out * 20];
+    let mut expected = vec![0.5f32; n * cout * lh * lw];
     for b in 0..n {
-        for (c, ky, kx, sy, sx, ly, lx) in links(window) {
-            for o in 0..out {
-                let wi = ((o * cin + c) * 3 + ky) * 3 + kx;
-                let xi = ((b * cin + c) * 9 + ly) * 7 + lx;
-                expected[((b * out + o) * 5 + sy) * 4 + sx] += w[wi] * x[xi];
+        for (o, ky, kx, sy, sx, ly, lx) in links(window) {
+            for c in 0..cin {
+                let wi = ((c * cout + o) * k + ky) * k + kx;
+                let xi = ((b * cin + c) * sh + sy) * sw + sx;
+                expected[((b * cout + o) * lh + ly) * lw + lx] += w[wi] * x[xi];
             }
         }
     }
@@ -190,31 +220,17 @@ fn conv_forward_matches_direct_loops() {
 #[test]
 fn conv_transpose_forward_matches_direct_loops() {
     // A stride-2 4x4 transpose convolution with padding 1: 5x3 -> 10x6.
-    let (n, cin, cout) = (3, 3, 4);
     let window = Window {
-        channels: cout,
+        channels: 4,
         large: [10, 6],
         small: [5, 3],
         kernel: 4,
         stride: 2,
         padding: 1,
     };
-    let x = values(n * cin * 15, 10);
-    let w = values(cin * cout * 16, 11);
-    let y = conv_transpose_forward(window, &x, &w, cin, |out| {
-        out.iter_mut().for_each(|v| *v += 0.5)
-    });
-    let mut expected = vec![0.5f32; n * cout * 60];
-    for b in 0..n {
-        for (o, ky, kx, sy, sx, ly, lx) in links(window) {
-            for c in 0..cin {
-                let wi = ((c * cout + o) * 4 + ky) * 4 + kx;
-                let xi = ((b * cin + c) * 5 + sy) * 3 + sx;
-                expected[((b * cout + o) * 10 + ly) * 6 + lx] += w[wi] * x[xi];
-            }
-        }
-    }
-    assert_close(&y, &expected, "y");
+    check_conv_transpose_forward(3, window, 3);
+    // Runs of 3 samples side by side, the last of 2.
+    check_conv_transpose_forward(20, window, 3);
 }
 
 /// The same gradients, bit for bit, on one thread and on three: a run is reproducible.
