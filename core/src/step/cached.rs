@@ -14,8 +14,14 @@
 //!    sum to the whole step's, by the chain rule: the loss depends on the parameters only
 //!    through the embeddings and its own.
 //!
-//! What it costs: one more forward per micro-batch than plain accumulation, and the cache
-//! (the embeddings and their gradients) for the whole step.
+//! The last micro-batch is embedded with autodiff in step 1 already, and back-propagated
+//! from its kept graph after step 2 (the "one forward fewer" of GradCache's later
+//! implementations): step 3 then re-embeds the others only. Its graph is what step 3 holds
+//! for any micro-batch, and steps 1 and 2 hold nothing else of that size, so the step's
+//! peak is unchanged.
+//!
+//! What it costs: one more forward per micro-batch but the last than plain accumulation,
+//! and the cache (the embeddings and their gradients) for the whole step.
 
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Tensor;
@@ -44,9 +50,14 @@ pub async fn cached_gradients<T: TrainingTask>(
             expected: step_examples,
         });
     }
-    // 1. The embeddings, untracked.
+    // 1. The embeddings, untracked but the last's.
+    let mut micro_batches = micro_batches;
+    let last = micro_batches.pop().ok_or(StepError::Incomplete {
+        seen: 0,
+        expected: step_examples,
+    })?;
     let untracked = untracked(networks);
-    let mut parts = Vec::with_capacity(micro_batches.len());
+    let mut parts = Vec::with_capacity(micro_batches.len() + 1);
     for batch in micro_batches.iter().cloned() {
         let embedded = task
             .embed(&untracked, phase, batch, context)
@@ -57,6 +68,13 @@ pub async fn cached_gradients<T: TrainingTask>(
         parts.push(embedded);
     }
     drop(untracked);
+    let last_examples = task.examples_in(&last);
+    let last_embedded = task
+        .embed(networks, phase, last, context)
+        .ok_or(StepError::Coupled)?;
+    sample_device_pool(&last_embedded.device(), meter).await?;
+    meter.check()?;
+    parts.push(last_embedded.clone().detach());
     // 2. The step's loss from the cached embeddings, and its gradient there.
     let cache = Tensor::cat(parts, 0).require_grad();
     let StepLoss { total, reported } = task
@@ -75,16 +93,29 @@ pub async fn cached_gradients<T: TrainingTask>(
         .detach();
     let mut accumulator = GradientsAccumulator::<T::Networks>::new();
     accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
-    // 3. Each micro-batch again, back-propagated from its part of the cache.
+    // 3. The last micro-batch from its kept graph, then each other one embedded again, each
+    // back-propagated from its part of the cache.
+    let backward = |embedded: Tensor<2>, start: usize, n: usize| {
+        let surrogate = (embedded * cached.clone().narrow(0, start, n)).sum();
+        surrogate.backward()
+    };
+    let grads = backward(
+        last_embedded.clone(),
+        step_examples - last_examples,
+        last_examples,
+    );
+    readback::settle(&last_embedded.device()).await?;
+    meter.check()?;
+    drop(last_embedded);
+    accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
     let mut start = 0;
     for batch in micro_batches {
         let n = task.examples_in(&batch);
         let embedded = task
             .embed(networks, phase, batch, context)
             .ok_or(StepError::Coupled)?;
-        let surrogate = (embedded.clone() * cached.clone().narrow(0, start, n)).sum();
         sample_device_pool(&embedded.device(), meter).await?;
-        let grads = surrogate.backward();
+        let grads = backward(embedded.clone(), start, n);
         readback::settle(&embedded.device()).await?;
         meter.check()?;
         accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
