@@ -13,9 +13,10 @@ Prints one JSON line: {"framework": "pytorch", "patches_per_s": ..., "step_ms_me
 A step is `accum` micro-batches of `batch` pairs, each utterance `frames` log-mel frames
 long and each transcript `characters` tokens, the shape of `trainer-cli bench --model
 speech-clap --frames F`'s measuring batches. With one micro-batch, one ordinary step. With
-several: every micro-batch embedded without autodiff; the whole step's loss and its gradient
-with respect to those embeddings (and the scale); then each micro-batch embedded again with
-autodiff and back-propagated from its part of that gradient; global-norm clipping at 1.0;
+several: every micro-batch but the last embedded without autodiff, the last with it; the
+whole step's loss and its gradient with respect to those embeddings (and the scale); the
+last micro-batch back-propagated from its part of that gradient, then each other one
+embedded again with autodiff and back-propagated from its part; global-norm clipping at 1.0;
 AdamW (lr 1e-3, weight decay 0.01). Every pair sees the step's other pairs as negatives.
 The parameter count is printed so that the caller can check the twin is the same size (the
 recogniser's CTC head, token embedding and output layer are built and take no part, as in
@@ -114,12 +115,17 @@ def main():
         if a.accum == 1:
             model.info_nce(model.embed(*batches[0])).backward()
         else:
+            # As Headroom's: the last micro-batch keeps its graph from the caching pass.
             with torch.no_grad():
-                cached = torch.cat([model.embed(*b) for b in batches])
-            cached.requires_grad_(True)
+                parts = [model.embed(*b) for b in batches[:-1]]
+            last = model.embed(*batches[-1])
+            cached = torch.cat(parts + [last.detach()]).requires_grad_(True)
             # The step's loss from the cached embeddings: their gradient, and the scale's.
             model.info_nce(cached).backward()
-            for b, grad in zip(batches, cached.grad.split(a.batch)):
+            grads = cached.grad.split(a.batch)
+            last.backward(grads[-1])
+            del last
+            for b, grad in zip(batches[:-1], grads[:-1]):
                 model.embed(*b).backward(grad)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

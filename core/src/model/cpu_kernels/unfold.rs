@@ -257,45 +257,43 @@ pub fn conv_backward(
     let run = Run::of(n, positions);
     let mut dx = wanted.input.then(|| vec![0.0f32; n * large]);
     let weight = Mat::new(w, out, rows);
-    let per_run = |first: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
-        let count = dx
-            .as_ref()
-            .map_or(run.samples.min(n - first), |dx| dx.len() / large);
-        let ld = count * positions;
-        let grad = side_by_side(
-            &mut s.other,
-            &dy[first * out * positions..],
-            out,
-            positions,
-            count,
-        );
-        let grad = Mat::new(grad, out, ld);
-        if wanted.weight {
-            for i in 0..count {
-                let b = first + i;
-                window.unfold(
-                    &x[b * large..(b + 1) * large],
-                    &mut s.cols[i * positions..],
-                    ld,
-                );
+    let per_group =
+        |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
+            let ld = count * positions;
+            let grad = side_by_side(
+                &mut s.other,
+                &dy[first * out * positions..],
+                out,
+                positions,
+                count,
+            );
+            let grad = Mat::new(grad, out, ld);
+            if wanted.weight {
+                for i in 0..count {
+                    let b = first + i;
+                    window.unfold(
+                        &x[b * large..(b + 1) * large],
+                        &mut s.cols[i * positions..],
+                        ld,
+                    );
+                }
+                // Transposed, `dw^T += cols grad^T`: see `transposed`.
+                gemm(dw, true, Mat::new(&s.cols[..rows * ld], rows, ld), grad.t());
             }
-            // Transposed, `dw^T += cols grad^T`: see `transposed`.
-            gemm(dw, true, Mat::new(&s.cols[..rows * ld], rows, ld), grad.t());
-        }
-        if let Some(dx) = dx {
-            gemm(&mut s.cols[..rows * ld], false, weight.t(), grad);
-            for (i, dx) in dx.chunks_mut(large).enumerate() {
-                window.fold(&s.cols[i * positions..], ld, dx);
+            if let Some(dx) = dx {
+                gemm(&mut s.cols[..rows * ld], false, weight.t(), grad);
+                for (i, dx) in dx.chunks_mut(large).enumerate() {
+                    window.fold(&s.cols[i * positions..], ld, dx);
+                }
             }
-        }
-    };
+        };
     let dw = run.over_batch(
         n,
         large,
-        Scratch::sized(rows, out, run.columns(positions)),
+        Scratch::sized(rows, out, run, positions),
         out * rows,
         dx.as_deref_mut(),
-        per_run,
+        per_group,
     );
     (dx, wanted.weight.then(|| transposed(&dw, rows, out)))
 }
@@ -334,42 +332,40 @@ pub fn conv_transpose_backward(
     let sample = cin * positions;
     let mut dx = wanted.input.then(|| vec![0.0f32; n * sample]);
     let weight = Mat::new(w, cin, rows);
-    let per_run = |first: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
-        let count = dx
-            .as_ref()
-            .map_or(run.samples.min(n - first), |dx| dx.len() / sample);
-        let ld = count * positions;
-        for i in 0..count {
-            let b = first + i;
-            window.unfold(
-                &dy[b * large..(b + 1) * large],
-                &mut s.cols[i * positions..],
-                ld,
-            );
-        }
-        let unfolded = Mat::new(&s.cols[..rows * ld], rows, ld);
-        if wanted.weight {
-            let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
-            // Transposed, `dw^T += unfolded input^T`: see `transposed`.
-            gemm(dw, true, unfolded, Mat::new(input, cin, ld).t());
-        }
-        if let Some(dx) = dx {
-            if count == 1 {
-                gemm(dx, false, weight, unfolded);
-            } else {
-                let all = &mut s.other[..cin * ld];
-                gemm(all, false, weight, unfolded);
-                apart(all, dx, cin, positions);
+    let per_group =
+        |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
+            let ld = count * positions;
+            for i in 0..count {
+                let b = first + i;
+                window.unfold(
+                    &dy[b * large..(b + 1) * large],
+                    &mut s.cols[i * positions..],
+                    ld,
+                );
             }
-        }
-    };
+            let unfolded = Mat::new(&s.cols[..rows * ld], rows, ld);
+            if wanted.weight {
+                let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
+                // Transposed, `dw^T += unfolded input^T`: see `transposed`.
+                gemm(dw, true, unfolded, Mat::new(input, cin, ld).t());
+            }
+            if let Some(dx) = dx {
+                if count == 1 {
+                    gemm(dx, false, weight, unfolded);
+                } else {
+                    let all = &mut s.other[..cin * ld];
+                    gemm(all, false, weight, unfolded);
+                    apart(all, dx, cin, positions);
+                }
+            }
+        };
     let dw = run.over_batch(
         n,
         sample,
-        Scratch::sized(rows, cin, run.columns(positions)),
+        Scratch::sized(rows, cin, run, positions),
         cin * rows,
         dx.as_deref_mut(),
-        per_run,
+        per_group,
     );
     (dx, wanted.weight.then(|| transposed(&dw, rows, cin)))
 }
@@ -391,12 +387,12 @@ pub fn conv_forward(
     let sample = out * positions;
     let mut y = vec![0.0f32; n * sample];
     let weight = Mat::new(w, out, rows);
-    y.par_chunks_mut((run.samples * sample).max(1))
+    y.par_chunks_mut((run.together * sample).max(1))
         .enumerate()
         .for_each_init(
-            || Scratch::sized(rows, out, run.columns(positions)),
+            || Scratch::sized(rows, out, run, positions),
             |s, (r, y)| {
-                let first = r * run.samples;
+                let first = r * run.together;
                 let count = y.len() / sample.max(1);
                 let ld = count * positions;
                 for i in 0..count {
@@ -439,12 +435,12 @@ pub fn conv_transpose_forward(
     let run = Run::of(n, positions);
     let mut y = vec![0.0f32; n * large];
     let weight = Mat::new(w, cin, rows);
-    y.par_chunks_mut((run.samples * large).max(1))
+    y.par_chunks_mut((run.together * large).max(1))
         .enumerate()
         .for_each_init(
-            || Scratch::sized(rows, cin, run.columns(positions)),
+            || Scratch::sized(rows, cin, run, positions),
             |s, (r, out)| {
-                let first = r * run.samples;
+                let first = r * run.together;
                 let count = out.len() / large.max(1);
                 let ld = count * positions;
                 let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
@@ -480,9 +476,16 @@ fn apart(all: &[f32], samples: &mut [f32], channels: usize, positions: usize) {
 /// few positions (a 4 x 4 map: 16) made one GEMM per sample with an inner dimension of 16,
 /// each re-reading and re-writing the whole weight gradient and repacking the weight (the
 /// GAN discriminator's last layer, 3% of its FLOPs, took 35% of its gradients' time).
+///
+/// Where a sample has as many positions as that (the GEMMs are wide already), a run's
+/// samples are multiplied one by one, as their copies side by side would cost more than
+/// they give.
 #[derive(Debug, Clone, Copy)]
 struct Run {
+    /// Samples per partial sum.
     samples: usize,
+    /// Samples per GEMM: `samples`, or 1.
+    together: usize,
 }
 
 /// Positions side by side in a run's matrix, at least; and runs per batch, at least, where
@@ -493,17 +496,20 @@ const RUNS: usize = 8;
 impl Run {
     fn of(n: usize, positions: usize) -> Self {
         let wanted = RUN_POSITIONS.div_ceil(positions.max(1)).max(2);
+        let samples = wanted.min(n.div_ceil(RUNS)).max(1);
         Self {
-            samples: wanted.min(n.div_ceil(RUNS)).max(1),
+            samples,
+            together: if positions < RUN_POSITIONS {
+                samples
+            } else {
+                1
+            },
         }
     }
 
-    fn columns(&self, positions: usize) -> usize {
-        self.samples * positions
-    }
-
-    /// Runs `per_run(first sample, its samples' dx, its dw partial, scratch)` over a batch
-    /// of `n` samples on rayon's threads, one run per task; returns the weight gradient.
+    /// Runs `per_group(first sample, samples, their dx, the run's dw partial, scratch)`
+    /// over a batch of `n` samples, a group of `together` samples at a time, on rayon's
+    /// threads, one run per task; returns the weight gradient.
     fn over_batch(
         &self,
         n: usize,
@@ -511,23 +517,35 @@ impl Run {
         scratch: Scratch,
         dw_len: usize,
         dx: Option<&mut [f32]>,
-        per_run: impl Fn(usize, Option<&mut [f32]>, &mut [f32], &mut Scratch) + Sync,
+        per_group: impl Fn(usize, usize, Option<&mut [f32]>, &mut [f32], &mut Scratch) + Sync,
     ) -> Vec<f32> {
-        let samples = self.samples;
+        let (samples, together) = (self.samples, self.together);
         let mut partials = vec![0.0f32; n.div_ceil(samples) * dw_len];
         let scratch = || scratch.clone();
+        let groups = |run: usize| {
+            let first = run * samples;
+            (first..(first + samples).min(n))
+                .step_by(together)
+                .map(move |g| (g, together.min(n - g).min(first + samples - g)))
+        };
         match dx {
             Some(dx) => partials
                 .par_chunks_mut(dw_len)
                 .zip(dx.par_chunks_mut(samples * dx_len))
                 .enumerate()
                 .for_each_init(scratch, |s, (run, (dw, dx))| {
-                    per_run(run * samples, Some(dx), dw, s)
+                    for ((first, count), dx) in groups(run).zip(dx.chunks_mut(together * dx_len)) {
+                        per_group(first, count, Some(dx), dw, s);
+                    }
                 }),
-            None => partials
-                .par_chunks_mut(dw_len)
-                .enumerate()
-                .for_each_init(scratch, |s, (run, dw)| per_run(run * samples, None, dw, s)),
+            None => partials.par_chunks_mut(dw_len).enumerate().for_each_init(
+                scratch,
+                |s, (run, dw)| {
+                    for (first, count) in groups(run) {
+                        per_group(first, count, None, dw, s);
+                    }
+                },
+            ),
         }
         sum_partials(&partials, dw_len)
     }
@@ -542,10 +560,18 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn sized(rows: usize, channels: usize, columns: usize) -> Self {
+    /// For `run`'s groups of samples of `positions` each: `other` only where a group is
+    /// several samples (one sample's is the sample itself).
+    fn sized(rows: usize, channels: usize, run: Run, positions: usize) -> Self {
+        let columns = run.together * positions;
+        let other = if run.together > 1 {
+            channels * columns
+        } else {
+            0
+        };
         Self {
             cols: vec![0.0; rows * columns],
-            other: vec![0.0; channels * columns],
+            other: vec![0.0; other],
         }
     }
 }

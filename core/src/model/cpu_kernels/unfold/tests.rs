@@ -90,6 +90,16 @@ fn conv_gradients_match_direct_loops() {
     // Runs of several samples side by side (20 positions: runs of 3, the last of 2).
     assert_eq!(Run::of(20, 20).samples, 3);
     check_conv_gradients(20, window, 5);
+    // Wide samples (272 positions): runs of 2 multiplied one by one.
+    let wide = Window {
+        channels: 2,
+        large: [33, 32],
+        small: [17, 16],
+        ..window
+    };
+    let run = Run::of(10, 272);
+    assert_eq!((run.samples, run.together), (2, 1));
+    check_conv_gradients(10, wide, 3);
 }
 
 /// A transpose convolution's gradients over `n` samples against direct loops; the weight's
@@ -155,6 +165,14 @@ fn conv_transpose_gradients_match_direct_loops() {
     // Runs of several samples side by side (15 positions: runs of 3, the last of 2).
     assert_eq!(Run::of(20, 15).samples, 3);
     check_conv_transpose_gradients(20, window, 3);
+    // Wide samples (272 positions): runs of 2 multiplied one by one.
+    let wide = Window {
+        channels: 2,
+        large: [34, 32],
+        small: [17, 16],
+        ..window
+    };
+    check_conv_transpose_gradients(10, wide, 3);
 }
 
 /// A convolution over `n` samples against direct loops.
