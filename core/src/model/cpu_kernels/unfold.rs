@@ -290,7 +290,7 @@ pub fn conv_backward(
     let dw = run.over_batch(
         n,
         large,
-        Scratch::sized(rows, out, run, positions),
+        || Scratch::sized(rows, out, run, positions),
         out * rows,
         dx.as_deref_mut(),
         per_group,
@@ -362,7 +362,7 @@ pub fn conv_transpose_backward(
     let dw = run.over_batch(
         n,
         sample,
-        Scratch::sized(rows, cin, run, positions),
+        || Scratch::sized(rows, cin, run, positions),
         cin * rows,
         dx.as_deref_mut(),
         per_group,
@@ -514,14 +514,13 @@ impl Run {
         &self,
         n: usize,
         dx_len: usize,
-        scratch: Scratch,
+        scratch: impl Fn() -> Scratch + Sync + Send,
         dw_len: usize,
         dx: Option<&mut [f32]>,
         per_group: impl Fn(usize, usize, Option<&mut [f32]>, &mut [f32], &mut Scratch) + Sync,
     ) -> Vec<f32> {
         let (samples, together) = (self.samples, self.together);
         let mut partials = vec![0.0f32; n.div_ceil(samples) * dw_len];
-        let scratch = || scratch.clone();
         let groups = |run: usize| {
             let first = run * samples;
             (first..(first + samples).min(n))
@@ -552,8 +551,9 @@ impl Run {
 }
 
 /// One task's working matrices: the run's unfolded matrix (`rows x columns`) and the other
-/// side of its products (`channels x columns`), its samples side by side.
-#[derive(Clone)]
+/// side of its products (`channels x columns`), its samples side by side. Made for each
+/// task (never a prototype cloned: the prototype would be held beside the clones, one more
+/// unfolded matrix in the step's peak).
 struct Scratch {
     cols: Vec<f32>,
     other: Vec<f32>,
