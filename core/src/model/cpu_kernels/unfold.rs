@@ -134,6 +134,29 @@ impl Window {
         }
     }
 
+    /// Samples `first..first + count` of `images` (one large image each) unfolded side by
+    /// side into `cols`, sample i's rows from column `i * positions`; returns the matrix's
+    /// width, `count * positions`.
+    fn unfold_samples(
+        &self,
+        images: &[f32],
+        first: usize,
+        count: usize,
+        cols: &mut [f32],
+    ) -> usize {
+        let (large, positions) = (self.large_len(), self.positions());
+        let ld = count * positions;
+        for i in 0..count {
+            let b = first + i;
+            self.unfold(
+                &images[b * large..(b + 1) * large],
+                &mut cols[i * positions..],
+                ld,
+            );
+        }
+        ld
+    }
+
     /// Adds `[rows, positions]`, row r at `cols[r * ld..]`, back onto one sample's large
     /// image (the adjoint of [`Window::unfold`]); `large` must start zeroed.
     pub fn fold(&self, cols: &[f32], ld: usize, large: &mut [f32]) {
@@ -269,14 +292,7 @@ pub fn conv_backward(
             );
             let grad = Mat::new(grad, out, ld);
             if wanted.weight {
-                for i in 0..count {
-                    let b = first + i;
-                    window.unfold(
-                        &x[b * large..(b + 1) * large],
-                        &mut s.cols[i * positions..],
-                        ld,
-                    );
-                }
+                window.unfold_samples(x, first, count, &mut s.cols);
                 // Transposed, `dw^T += cols grad^T`: see `transposed`.
                 gemm(dw, true, Mat::new(&s.cols[..rows * ld], rows, ld), grad.t());
             }
@@ -334,15 +350,7 @@ pub fn conv_transpose_backward(
     let weight = Mat::new(w, cin, rows);
     let per_group =
         |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
-            let ld = count * positions;
-            for i in 0..count {
-                let b = first + i;
-                window.unfold(
-                    &dy[b * large..(b + 1) * large],
-                    &mut s.cols[i * positions..],
-                    ld,
-                );
-            }
+            let ld = window.unfold_samples(dy, first, count, &mut s.cols);
             let unfolded = Mat::new(&s.cols[..rows * ld], rows, ld);
             if wanted.weight {
                 let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
@@ -394,15 +402,7 @@ pub fn conv_forward(
             |s, (r, y)| {
                 let first = r * run.together;
                 let count = y.len() / sample.max(1);
-                let ld = count * positions;
-                for i in 0..count {
-                    let b = first + i;
-                    window.unfold(
-                        &x[b * large..(b + 1) * large],
-                        &mut s.cols[i * positions..],
-                        ld,
-                    );
-                }
+                let ld = window.unfold_samples(x, first, count, &mut s.cols);
                 let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
                 if count == 1 {
                     gemm(y, false, weight, cols);
