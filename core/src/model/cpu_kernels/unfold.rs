@@ -472,14 +472,11 @@ fn apart(all: &[f32], samples: &mut [f32], channels: usize, positions: usize) {
 /// on every run and with any number of threads (a training run is reproducible from its
 /// seed).
 ///
-/// A run's samples are multiplied as one matrix, their positions side by side: a layer of
-/// few positions (a 4 x 4 map: 16) made one GEMM per sample with an inner dimension of 16,
-/// each re-reading and re-writing the whole weight gradient and repacking the weight (the
-/// GAN discriminator's last layer, 3% of its FLOPs, took 35% of its gradients' time).
-///
-/// Where a sample has as many positions as that (the GEMMs are wide already), a run's
-/// samples are multiplied one by one, as their copies side by side would cost more than
-/// they give.
+/// A run's samples of few positions are multiplied as one matrix, side by side: a 4 x 4
+/// map made one GEMM per sample of inner dimension 16, each re-reading the whole weight
+/// gradient and repacking the weight (the GAN discriminator's last layer, 3% of its FLOPs,
+/// took 35% of its gradients' time). Wide samples are multiplied one by one: their copies
+/// side by side would cost more than they give.
 #[derive(Debug, Clone, Copy)]
 struct Run {
     /// Samples per partial sum.
