@@ -358,13 +358,7 @@ pub fn conv_transpose_backward(
                 gemm(dw, true, unfolded, Mat::new(input, cin, ld).t());
             }
             if let Some(dx) = dx {
-                if count == 1 {
-                    gemm(dx, false, weight, unfolded);
-                } else {
-                    let all = &mut s.other[..cin * ld];
-                    gemm(all, false, weight, unfolded);
-                    apart(all, dx, cin, positions);
-                }
+                product_apart(weight, unfolded, &mut s.other, dx, positions);
             }
         };
     let dw = run.over_batch(
@@ -404,13 +398,7 @@ pub fn conv_forward(
                 let count = y.len() / sample.max(1);
                 let ld = window.unfold_samples(x, first, count, &mut s.cols);
                 let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
-                if count == 1 {
-                    gemm(y, false, weight, cols);
-                } else {
-                    let all = &mut s.other[..out * ld];
-                    gemm(all, false, weight, cols);
-                    apart(all, y, out, positions);
-                }
+                product_apart(weight, cols, &mut s.other, y, positions);
                 y.chunks_mut(sample.max(1)).for_each(&finish);
             },
         );
@@ -455,10 +443,17 @@ pub fn conv_transpose_forward(
     y
 }
 
-/// Each sample's `[channels, positions]` from a run's `[channels, samples * positions]`
-/// (the inverse of [`side_by_side`]).
-fn apart(all: &[f32], samples: &mut [f32], channels: usize, positions: usize) {
-    let ld = all.len() / channels.max(1);
+/// `lhs @ rhs` for a group of samples side by side (`rhs` `count * positions` wide), each
+/// sample's `[channels, positions]` written into `samples`: directly for one sample, else
+/// through `scratch` (the inverse of [`side_by_side`]).
+fn product_apart(lhs: Mat, rhs: Mat, scratch: &mut [f32], samples: &mut [f32], positions: usize) {
+    let [channels, ld] = [lhs.shape()[0], rhs.shape()[1]];
+    if ld == positions {
+        gemm(samples, false, lhs, rhs);
+        return;
+    }
+    let all = &mut scratch[..channels * ld];
+    gemm(all, false, lhs, rhs);
     for (i, sample) in samples.chunks_mut(channels * positions).enumerate() {
         for (c, row) in sample.chunks_mut(positions).enumerate() {
             row.copy_from_slice(&all[c * ld + i * positions..][..positions]);
