@@ -19,6 +19,7 @@
 
 pub mod attention;
 pub mod ctc;
+pub mod depthwise;
 pub mod group_norm;
 mod lanes;
 pub mod layer_norm;

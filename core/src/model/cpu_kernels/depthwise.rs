@@ -1,0 +1,399 @@
+//! A depthwise convolution (one square filter per channel: MobileNetV2's middle layer) on
+//! flex as one autodiff op, forward and both gradients as loops over each channel's plane,
+//! a tap at a time.
+//!
+//! burn 0.22.1 runs a grouped convolution on flex as a 3-D convolution per group, its input
+//! gradient as a transposed convolution and its weight gradient as a convolution with batch
+//! and channels swapped, each around batched transpose copies: with the copies, about 45% of
+//! the id-classifier's step (perf at 9c14aca: `copy_2d_tiled` 24%, `conv3d_f32` 12%,
+//! `conv_transpose3d` 10%). A plane is small (32 x 32 here) and a filter 9 taps, so a tap's
+//! pass over a row is a short multiply-add the compiler vectorises, and no matrix is built.
+//! Written by hand because neither burn nor a crate has a depthwise kernel for flex.
+
+use std::ops::Range;
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::NodeId;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Flex, TensorMetadata, backend_extension};
+use burn::tensor::{Shape, Tensor};
+use rayon::prelude::*;
+
+use super::{contiguous, lanes, register, tensor};
+
+/// `x` (`[n, c, h, w]`) convolved with one `k x k` filter per channel (`weight`:
+/// `[c, 1, k, k]`), the same stride and padding on both axes, no bias.
+#[backend_extension(Flex, Autodiff)]
+pub trait HostDepthwise: burn::backend::Backend {
+    fn host_depthwise(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        stride: usize,
+        padding: usize,
+    ) -> FloatTensor<Self>;
+}
+
+/// One channel's geometry: its input plane (`large`), output plane (`small`), the filter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Plane {
+    large: [usize; 2],
+    small: [usize; 2],
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+}
+
+impl Plane {
+    fn of(x: &FlexTensor, weight: &FlexTensor, stride: usize, padding: usize) -> Self {
+        let (shape, kernel) = (x.shape(), weight.shape()[2]);
+        let large = [shape[2], shape[3]];
+        let side = |l: usize| (l + 2 * padding).saturating_sub(kernel) / stride + 1;
+        Self {
+            large,
+            small: large.map(side),
+            kernel,
+            stride,
+            padding,
+        }
+    }
+
+    /// Along `axis`, the outputs whose input under tap `k` lies inside the plane (the
+    /// others read padding: zero).
+    fn inside(&self, axis: usize, k: usize) -> Range<usize> {
+        let (large, small, s, p) = (
+            self.large[axis],
+            self.small[axis],
+            self.stride,
+            self.padding,
+        );
+        // Input `o s + k - p` within `0..large`.
+        let first = p.saturating_sub(k).div_ceil(s);
+        let end = if large + p > k {
+            ((large + p - k - 1) / s + 1).min(small)
+        } else {
+            0
+        };
+        first..end.max(first)
+    }
+
+    fn input(&self, o: usize, k: usize) -> usize {
+        o * self.stride + k - self.padding
+    }
+
+    /// Each tap's rows and columns: `(tap, output rows, output columns)`.
+    fn taps(&self) -> impl Iterator<Item = (usize, Range<usize>, Range<usize>)> + '_ {
+        (0..self.kernel).flat_map(move |ky| {
+            (0..self.kernel).map(move |kx| {
+                (
+                    ky * self.kernel + kx,
+                    self.inside(0, ky),
+                    self.inside(1, kx),
+                )
+            })
+        })
+    }
+
+    /// The input row of output row `oy` under tap row `ky`, from output column `columns.start`,
+    /// a stride apart.
+    fn input_row<'a>(
+        &self,
+        x: &'a [f32],
+        oy: usize,
+        ky: usize,
+        kx: usize,
+        columns: &Range<usize>,
+    ) -> impl Iterator<Item = &'a f32> {
+        let start = self.input(oy, ky) * self.large[1] + self.input(columns.start, kx);
+        x[start..].iter().step_by(self.stride).take(columns.len())
+    }
+
+    fn forward(&self, x: &[f32], w: &[f32], y: &mut [f32]) {
+        let k = self.kernel;
+        for (tap, rows, columns) in self.taps() {
+            let (ky, kx, weight) = (tap / k, tap % k, w[tap]);
+            for oy in rows {
+                let out = &mut y[oy * self.small[1]..][columns.clone()];
+                if self.stride == 1 {
+                    // Slices side by side: what the compiler vectorises (a `step_by` it
+                    // does not).
+                    let start = self.input(oy, ky) * self.large[1] + self.input(columns.start, kx);
+                    for (y, &x) in out.iter_mut().zip(&x[start..start + columns.len()]) {
+                        *y += weight * x;
+                    }
+                } else {
+                    for (y, &x) in out.iter_mut().zip(self.input_row(x, oy, ky, kx, &columns)) {
+                        *y += weight * x;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The input gradient: each tap's products added back where its inputs were read.
+    fn input_gradient(&self, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+        let (k, s) = (self.kernel, self.stride);
+        for (tap, rows, columns) in self.taps() {
+            let (ky, kx, weight) = (tap / k, tap % k, w[tap]);
+            for oy in rows {
+                let start = self.input(oy, ky) * self.large[1] + self.input(columns.start, kx);
+                let dy = &dy[oy * self.small[1]..][columns.clone()];
+                if s == 1 {
+                    for (dx, &dy) in dx[start..start + dy.len()].iter_mut().zip(dy) {
+                        *dx += weight * dy;
+                    }
+                } else {
+                    for (dx, &dy) in dx[start..].iter_mut().step_by(s).zip(dy) {
+                        *dx += weight * dy;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds each tap's gradient over one plane to `dw` (`k * k`).
+    fn add_weight_gradient(&self, x: &[f32], dy: &[f32], dw: &mut [f32]) {
+        let k = self.kernel;
+        for (tap, rows, columns) in self.taps() {
+            let (ky, kx) = (tap / k, tap % k);
+            let mut sum = 0.0f32;
+            for oy in rows {
+                let dy = &dy[oy * self.small[1]..][columns.clone()];
+                sum += if self.stride == 1 {
+                    let start = self.input(oy, ky) * self.large[1] + self.input(columns.start, kx);
+                    let [dot] = lanes::sums(dy, &x[start..start + dy.len()], |d, x| [d * x]);
+                    dot
+                } else {
+                    dy.iter()
+                        .zip(self.input_row(x, oy, ky, kx, &columns))
+                        .fold(0.0f32, |acc, (&d, &x)| acc + d * x)
+                };
+            }
+            dw[tap] += sum;
+        }
+    }
+}
+
+fn depthwise_forward(x: &FlexTensor, weight: &FlexTensor, plane: Plane) -> FlexTensor {
+    let shape = x.shape();
+    let channels = shape[1];
+    let (x, w) = (contiguous(x), contiguous(weight));
+    let (large, small) = (
+        plane.large[0] * plane.large[1],
+        plane.small[0] * plane.small[1],
+    );
+    let taps = plane.kernel * plane.kernel;
+    let mut y = vec![0.0f32; shape[0] * channels * small];
+    y.par_chunks_mut(small.max(1))
+        .enumerate()
+        .for_each(|(i, y)| {
+            let c = i % channels;
+            plane.forward(&x[i * large..][..large], &w[c * taps..][..taps], y);
+        });
+    tensor(
+        y,
+        Shape::new([shape[0], channels, plane.small[0], plane.small[1]]),
+    )
+}
+
+/// The input gradient (when `input`) and the weight gradient (when `weight`) from `dy`.
+fn depthwise_backward(
+    x: &FlexTensor,
+    weight: &FlexTensor,
+    dy: &FlexTensor,
+    plane: Plane,
+    [input, weight_wanted]: [bool; 2],
+) -> [Option<FlexTensor>; 2] {
+    let (x_shape, w_shape) = (x.shape(), weight.shape());
+    let (n, channels) = (x_shape[0], x_shape[1]);
+    let (x, w, dy) = (contiguous(x), contiguous(weight), contiguous(dy));
+    let (large, small) = (
+        plane.large[0] * plane.large[1],
+        plane.small[0] * plane.small[1],
+    );
+    let taps = plane.kernel * plane.kernel;
+    let dx = input.then(|| {
+        let mut dx = vec![0.0f32; n * channels * large];
+        dx.par_chunks_mut(large.max(1))
+            .enumerate()
+            .for_each(|(i, dx)| {
+                let c = i % channels;
+                plane.input_gradient(&dy[i * small..][..small], &w[c * taps..][..taps], dx);
+            });
+        tensor(dx, x_shape)
+    });
+    // A channel's taps summed over the samples in order: the same on any thread count.
+    let dw = weight_wanted.then(|| {
+        let mut dw = vec![0.0f32; channels * taps];
+        dw.par_chunks_mut(taps).enumerate().for_each(|(c, dw)| {
+            for sample in 0..n {
+                let i = sample * channels + c;
+                plane.add_weight_gradient(&x[i * large..][..large], &dy[i * small..][..small], dw);
+            }
+        });
+        tensor(dw, w_shape)
+    });
+    [dx, dw]
+}
+
+impl HostDepthwise for Flex {
+    fn host_depthwise(
+        x: FlexTensor,
+        weight: FlexTensor,
+        stride: usize,
+        padding: usize,
+    ) -> FlexTensor {
+        let plane = Plane::of(&x, &weight, stride, padding);
+        depthwise_forward(&x, &weight, plane)
+    }
+}
+
+#[derive(Debug)]
+struct DepthwiseBackward;
+
+#[derive(Debug, Clone)]
+struct State {
+    x: NodeId,
+    weight: NodeId,
+    plane: Plane,
+}
+
+impl Backward<Flex, 2> for DepthwiseBackward {
+    type State = State;
+
+    fn backward(self, ops: Ops<State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x, node_weight] = ops.parents.map(|p| p.map(|node| node.id));
+        let dy: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let x: FlexTensor = checkpointer.retrieve_node_output(ops.state.x);
+        let weight: FlexTensor = checkpointer.retrieve_node_output(ops.state.weight);
+        let [dx, dw] = depthwise_backward(
+            &x,
+            &weight,
+            &dy,
+            ops.state.plane,
+            [node_x.is_some(), node_weight.is_some()],
+        );
+        if let Some(dx) = dx {
+            register(grads, [(node_x, dx)]);
+        }
+        if let Some(dw) = dw {
+            register(grads, [(node_weight, dw)]);
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> HostDepthwise for Autodiff<Flex, C> {
+    fn host_depthwise(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        stride: usize,
+        padding: usize,
+    ) -> FloatTensor<Self> {
+        match DepthwiseBackward
+            .prepare::<C>([x.node(), weight.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let (x_id, weight_id) = (prep.checkpoint(&x), prep.checkpoint(&weight));
+                let (x, weight) = (x.into_primitive(), weight.into_primitive());
+                let plane = Plane::of(&x, &weight, stride, padding);
+                let y = depthwise_forward(&x, &weight, plane);
+                let state = State {
+                    x: x_id,
+                    weight: weight_id,
+                    plane,
+                };
+                prep.finish(state, y)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (x, weight) = (x.into_primitive(), weight.into_primitive());
+                let plane = Plane::of(&x, &weight, stride, padding);
+                prep.finish(depthwise_forward(&x, &weight, plane))
+            }
+        }
+    }
+}
+
+/// A depthwise convolution (`weight`: `[channels, 1, k, k]`, no bias) through
+/// [`HostDepthwise`], on flex (f32).
+pub fn depthwise(x: Tensor<4>, weight: Tensor<4>, stride: usize, padding: usize) -> Tensor<4> {
+    Tensor::from_dispatch(burn::backend::Dispatch::host_depthwise(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        stride,
+        padding,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::module::conv2d;
+    use burn::tensor::ops::ConvOptions;
+    use burn::tensor::{Tensor, TensorData};
+
+    use super::super::{assert_close, values};
+    use crate::backend::BackendKind;
+
+    /// Outputs and both gradients equal burn's grouped convolution, at stride 1 and 2, odd
+    /// and even sides, padding 1 and none.
+    #[test]
+    fn matches_burns_grouped_convolution() {
+        let device = BackendKind::Flex.device().unwrap().autodiff();
+        for (side, stride, padding, kernel) in [
+            (8, 1, 1, 3),
+            (9, 2, 1, 3),
+            (8, 2, 1, 3),
+            (7, 1, 0, 3),
+            (6, 1, 2, 5),
+        ] {
+            let (n, c) = (3, 5);
+            let x_values: Vec<f32> = (0..n * c * side * side)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.02)
+                .collect();
+            let w_values: Vec<f32> = (0..c * kernel * kernel)
+                .map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.05)
+                .collect();
+            let run = |ours: bool| {
+                let x: Tensor<4> = Tensor::from_data(
+                    TensorData::new(x_values.clone(), [n, c, side, side]),
+                    &device,
+                )
+                .require_grad();
+                let w: Tensor<4> = Tensor::from_data(
+                    TensorData::new(w_values.clone(), [c, 1, kernel, kernel]),
+                    &device,
+                )
+                .require_grad();
+                let y = if ours {
+                    super::depthwise(x.clone(), w.clone(), stride, padding)
+                } else {
+                    let options = ConvOptions::new([stride; 2], [padding; 2], [1; 2], c);
+                    conv2d(x.clone(), w.clone(), None, options)
+                };
+                let upstream = Tensor::from_data(
+                    TensorData::new(
+                        (0..y.shape().num_elements())
+                            .map(|i| 1.0 + (i % 7) as f32 * 0.3)
+                            .collect::<Vec<f32>>(),
+                        y.shape(),
+                    ),
+                    &device,
+                );
+                let grads = (y.clone() * upstream).sum().backward();
+                let dx = x.grad(&grads).unwrap();
+                let dw = w.grad(&grads).unwrap();
+                (values(y.inner()), values(dx), values(dw))
+            };
+            let (ours, theirs) = (run(true), run(false));
+            let what = format!("side {side}, stride {stride}, padding {padding}, kernel {kernel}");
+            assert_close(&ours.0, &theirs.0, &format!("output, {what}"));
+            assert_close(&ours.1, &theirs.1, &format!("input gradient, {what}"));
+            assert_close(&ours.2, &theirs.2, &format!("weight gradient, {what}"));
+        }
+    }
+}
