@@ -18,6 +18,7 @@
 //! burn's convolutions or their own forms (see `model::conv`).
 
 pub mod attention;
+pub mod batch_norm;
 pub mod ctc;
 pub mod depthwise;
 pub mod group_norm;
