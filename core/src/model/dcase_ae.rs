@@ -62,6 +62,19 @@ impl DenseBlock {
     }
 
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        // On flex in training the dense layer's rows split over the threads and the batch
+        // norm with its ReLU as one host op (burn's swapped batch and features for its
+        // statistics, a copy of each activation each way).
+        #[cfg(feature = "flex")]
+        {
+            use super::cpu_kernels::{batch_norm, linear};
+            if let Some(bias) = &self.dense.bias
+                && batch_norm::trains_on_host(&self.norm, &x)
+            {
+                let y = linear::linear(x, self.dense.weight.val(), bias.val(), false);
+                return batch_norm::train(&self.norm, y, batch_norm::After::Relu);
+            }
+        }
         relu(self.norm.forward(self.dense.forward(x)))
     }
 }

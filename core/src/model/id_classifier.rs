@@ -88,12 +88,19 @@ impl ConvNorm {
 
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let y = self.convolve(x);
+        // On flex one host op with the ReLU6: burn's copied each activation to a
+        // channel-first layout for its statistics.
         #[cfg(feature = "flex")]
-        if super::cpu_kernels::take(&y)
-            && y.device().is_autodiff()
-            && self.norm.training.is_enabled()
         {
-            return self.normalize_on_host(y);
+            use super::cpu_kernels::batch_norm::{self, After};
+            if batch_norm::trains_on_host(&self.norm, &y) {
+                let after = if self.relu {
+                    After::Relu6
+                } else {
+                    After::Nothing
+                };
+                return batch_norm::train(&self.norm, y, after);
+            }
         }
         let y = self.norm.forward(y);
         if !self.relu {
@@ -106,38 +113,6 @@ impl ConvNorm {
             return super::cpu_kernels::relu6::relu6(y);
         }
         relu6(y)
-    }
-
-    /// The batch normalisation in training and the ReLU6, as burn's `BatchNorm` and
-    /// `relu6` compute them (its running statistics updated the same way), by one host op
-    /// ([`batch_norm`](super::cpu_kernels::batch_norm)): burn's copied each activation to a
-    /// channel-first layout for its statistics.
-    #[cfg(feature = "flex")]
-    fn normalize_on_host(&self, y: Tensor<4>) -> Tensor<4> {
-        use super::cpu_kernels::batch_norm::{batch_norm, batch_statistics};
-        let norm = &self.norm;
-        let statistics = batch_statistics(&y);
-        let channels = statistics.dims()[1];
-        let device = y.device();
-        let update = |state: &burn::module::RunningState<Tensor<1>>, row: usize| {
-            let batch = statistics.clone().narrow(0, row, 1).reshape([channels]);
-            let running = state
-                .value_sync()
-                .to_device(&device)
-                .mul_scalar(1.0 - norm.momentum)
-                .add(batch.mul_scalar(norm.momentum));
-            state.update(running.detach());
-        };
-        update(&norm.running_mean, 0);
-        update(&norm.running_var, 1);
-        batch_norm(
-            y,
-            norm.gamma.val(),
-            norm.beta.val(),
-            statistics,
-            norm.epsilon,
-            self.relu,
-        )
     }
 
     /// The convolution; on flex in f32 by Headroom's host kernels: a depthwise layer by
@@ -405,7 +380,10 @@ mod tests {
         // Relative: the weight gradients here are in the hundreds, summed in another order.
         let scale = burn_dw.iter().fold(1.0f32, |m, v| m.max(v.abs()));
         let apart = crate::model::largest_difference(&our_dw, &burn_dw);
-        assert!(apart <= 1e-6 * scale, "weight gradients {apart} apart (largest {scale})");
+        assert!(
+            apart <= 1e-6 * scale,
+            "weight gradients {apart} apart (largest {scale})"
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{AutodiffBackend, Flex, TensorMetadata, backend_extension};
+use burn::module::RunningState;
+use burn::nn::BatchNorm;
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
@@ -26,21 +28,63 @@ use super::{contiguous, lanes, register, tensor, writable};
 
 const SIX: f32 = 6.0;
 
+/// What follows the normalisation in the same op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Nothing,
+    /// `max(x, 0)`, NaN kept (burn's `relu`).
+    Relu,
+    /// `min(max(x, 0), 6)`, NaN kept (burn's `relu6`).
+    Relu6,
+}
+
+impl After {
+    fn apply(self, v: f32) -> f32 {
+        match self {
+            After::Nothing => v,
+            After::Relu => {
+                if v <= 0.0 {
+                    0.0
+                } else {
+                    v
+                }
+            }
+            After::Relu6 => v.clamp(0.0, SIX),
+        }
+    }
+
+    /// Whether the gradient passes at output `y`: where the input was inside the bounds,
+    /// or NaN. At an output of exactly 0 or 6 (which an input beyond the bound gives too)
+    /// masked, as PyTorch's ReLU and ReLU6 do.
+    fn passes(self, y: f32) -> bool {
+        match self {
+            After::Nothing => true,
+            After::Relu => y > 0.0 || y.is_nan(),
+            After::Relu6 => y > 0.0 && y < SIX || y.is_nan(),
+        }
+    }
+}
+
+/// Samples per rayon task in the passes over whole samples: a sample of dcase-ae's is one
+/// row of 128 values.
+fn samples_per_task(sample: usize) -> usize {
+    (super::CHUNK / sample.max(1)).max(1)
+}
+
 #[backend_extension(Flex, Autodiff)]
 pub trait HostBatchNorm: burn::backend::Backend {
     /// Each channel's mean and biased variance over the batch and the plane, `[2, c]`, for
     /// `x` of `[n, c, h, w]`; not tracked (burn's running statistics take them detached).
     fn host_batch_statistics(x: FloatTensor<Self>) -> FloatTensor<Self>;
 
-    /// `x` normalised by `statistics`, times `gamma`, plus `beta`; clamped to `[0, 6]` where
-    /// `relu6`.
+    /// `x` normalised by `statistics`, times `gamma`, plus `beta`, then `after`.
     fn host_batch_norm(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         statistics: FloatTensor<Self>,
         epsilon: f64,
-        relu6: bool,
+        after: After,
     ) -> FloatTensor<Self>;
 }
 
@@ -54,21 +98,53 @@ fn statistics(x: &FlexTensor) -> FlexTensor {
     let [n, channels, plane] = layout(&x.shape());
     let values = contiguous(x);
     let count = (n * plane).max(1) as f32;
-    let row = |sample: usize, c: usize| &values[(sample * channels + c) * plane..][..plane];
-    let per_channel: Vec<[f32; 2]> = (0..channels)
+    let means: Vec<f32> = channel_sums(&values, &values, [n, channels, plane], |_, x, _| [x])
+        .iter()
+        .map(|[sum]| sum / count)
+        .collect();
+    let variances: Vec<f32> = channel_sums(&values, &values, [n, channels, plane], |c, x, _| {
+        [(x - means[c]) * (x - means[c])]
+    })
+    .iter()
+    .map(|[sum]| sum / count)
+    .collect();
+    tensor([means, variances].concat(), Shape::new([2, channels]))
+}
+
+/// Each channel's sums of `term(channel, a, b)` over the batch and the plane, in sample
+/// order: per channel over its planes in 16 lanes, or, where a plane is one value (dcase-ae's
+/// `[n, c]` rows: a lane pass per value took longer than burn's copies), row by row across
+/// the channels.
+fn channel_sums<const K: usize>(
+    a: &[f32],
+    b: &[f32],
+    [n, channels, plane]: [usize; 3],
+    term: impl Fn(usize, f32, f32) -> [f32; K] + Sync,
+) -> Vec<[f32; K]> {
+    if plane == 1 {
+        let mut sums = vec![[0.0f32; K]; channels];
+        for (a, b) in a.chunks(channels.max(1)).zip(b.chunks(channels.max(1))) {
+            for (c, ((sum, &a), &b)) in sums.iter_mut().zip(a).zip(b).enumerate() {
+                for (s, t) in sum.iter_mut().zip(term(c, a, b)) {
+                    *s += t;
+                }
+            }
+        }
+        return sums;
+    }
+    let start = |sample: usize, c: usize| (sample * channels + c) * plane;
+    (0..channels)
         .into_par_iter()
         .map(|c| {
-            let mean = (0..n).map(|s| lanes::sum_of(row(s, c), |v| v)).sum::<f32>() / count;
-            let variance = (0..n)
-                .map(|s| lanes::sum_of(row(s, c), |v| (v - mean) * (v - mean)))
-                .sum::<f32>()
-                / count;
-            [mean, variance]
+            (0..n).fold([0.0f32; K], |mut sum, s| {
+                let (a, b) = (&a[start(s, c)..][..plane], &b[start(s, c)..][..plane]);
+                for (total, part) in sum.iter_mut().zip(lanes::sums(a, b, |a, b| term(c, a, b))) {
+                    *total += part;
+                }
+                sum
+            })
         })
-        .collect();
-    let (means, variances): (Vec<f32>, Vec<f32>) =
-        per_channel.into_iter().map(|[m, v]| (m, v)).unzip();
-    tensor([means, variances].concat(), Shape::new([2, channels]))
+        .collect()
 }
 
 /// Each channel's `(mean, 1 / sqrt(variance + epsilon))`.
@@ -89,51 +165,63 @@ fn normalize(
     beta: &FlexTensor,
     statistics: &FlexTensor,
     epsilon: f64,
-    relu6: bool,
+    after: After,
 ) -> FlexTensor {
     let shape = x.shape();
     let [_, channels, plane] = layout(&shape);
     let (values, gamma, beta) = (contiguous(x), contiguous(gamma), contiguous(beta));
     let scales = scales(statistics, epsilon);
-    let mut y = vec![0.0f32; values.len()];
-    y.par_chunks_mut(plane.max(1))
-        .zip(values.par_chunks(plane.max(1)))
+    let sample = channels * plane;
+    // Each channel's `x * scale + shift`.
+    let (scale, shift): (Vec<f32>, Vec<f32>) = scales
+        .iter()
         .enumerate()
-        .for_each(|(i, (y, x))| {
-            let c = i % channels;
-            let (mean, inv_std) = scales[c];
-            let (scale, shift) = (gamma[c] * inv_std, beta[c] - mean * gamma[c] * inv_std);
-            for (y, &x) in y.iter_mut().zip(x) {
-                let v = x * scale + shift;
-                // NaN stays NaN, as burn's clamp keeps it.
-                *y = if relu6 { v.clamp(0.0, SIX) } else { v };
+        .map(|(c, &(mean, inv_std))| (gamma[c] * inv_std, beta[c] - mean * gamma[c] * inv_std))
+        .unzip();
+    let mut y = vec![0.0f32; values.len()];
+    y.par_chunks_mut(sample.max(1))
+        .zip(values.par_chunks(sample.max(1)))
+        .with_min_len(samples_per_task(sample))
+        .for_each(|(y, x)| {
+            if plane == 1 {
+                // A row across the channels: their factors side by side, vectorised.
+                let factors = scale.iter().zip(&shift);
+                for ((y, &x), (&scale, &shift)) in y.iter_mut().zip(x).zip(factors) {
+                    *y = after.apply(x * scale + shift);
+                }
+                return;
+            }
+            let planes = y.chunks_mut(plane).zip(x.chunks(plane));
+            for ((y, x), (&scale, &shift)) in planes.zip(scale.iter().zip(&shift)) {
+                for (y, &x) in y.iter_mut().zip(x) {
+                    *y = after.apply(x * scale + shift);
+                }
             }
         });
     tensor(y, shape)
 }
 
 /// The gradients of `x`, `gamma` and `beta` from the output's `dy`; `output`: the op's
-/// output where it clamped (its mask: strictly inside `(0, 6)`, as PyTorch's ReLU6).
+/// output and what followed the normalisation, where something did (its mask).
 fn backward(
     x: &FlexTensor,
     gamma: &FlexTensor,
     statistics: &FlexTensor,
     epsilon: f64,
-    output: Option<&FlexTensor>,
+    output: Option<(&FlexTensor, After)>,
     dy: FlexTensor,
 ) -> [FlexTensor; 3] {
     let shape = x.shape();
     let [n, channels, plane] = layout(&shape);
     let mut dy = writable(dy);
-    if let Some(output) = output {
+    if let Some((output, after)) = output {
         let y = contiguous(output);
         dy.storage_mut::<f32>()
-            .par_chunks_mut(plane.max(1))
-            .zip(y.par_chunks(plane.max(1)))
+            .par_chunks_mut(super::CHUNK)
+            .zip(y.par_chunks(super::CHUNK))
             .for_each(|(g, y)| {
                 for (g, &y) in g.iter_mut().zip(y) {
-                    let inside = y > 0.0 && y < SIX || y.is_nan();
-                    *g = if inside { *g } else { 0.0 };
+                    *g = if after.passes(y) { *g } else { 0.0 };
                 }
             });
     }
@@ -141,40 +229,51 @@ fn backward(
     let g = dy.storage::<f32>();
     let scales = scales(statistics, epsilon);
     let count = (n * plane).max(1) as f32;
-    let start = |sample: usize, c: usize| (sample * channels + c) * plane;
     // Per channel: the sum of the gradient (beta's) and of the gradient times the centred
     // input (gamma's, once scaled).
-    let sums: Vec<[f32; 2]> = (0..channels)
-        .into_par_iter()
-        .map(|c| {
-            let mean = scales[c].0;
-            (0..n).fold([0.0f32; 2], |[sum, centred], s| {
-                let [a, b] = lanes::sums(
-                    &g[start(s, c)..][..plane],
-                    &values[start(s, c)..][..plane],
-                    |g, x| [g, g * (x - mean)],
-                );
-                [sum + a, centred + b]
-            })
-        })
-        .collect();
+    let sums = channel_sums(g, &values, [n, channels, plane], |c, g, x| {
+        [g, g * (x - scales[c].0)]
+    });
+    // Each channel's `dx = a g - b x - c`.
+    let mut terms = [
+        vec![0.0f32; channels],
+        vec![0.0f32; channels],
+        vec![0.0f32; channels],
+    ];
+    for c in 0..channels {
+        let (mean, inv_std) = scales[c];
+        let [sum, centred] = sums[c];
+        let scale = gamma[c] * inv_std;
+        // xhat * mean(g xhat) = (x - mean) inv_std^2 centred / count.
+        let projection = scale * inv_std * inv_std * centred / count;
+        terms[0][c] = scale;
+        terms[1][c] = projection;
+        terms[2][c] = scale * sum / count - projection * mean;
+    }
+    let [a, b, c] = &terms;
+    let sample = channels * plane;
     let mut dx = vec![0.0f32; values.len()];
-    dx.par_chunks_mut(plane.max(1))
+    dx.par_chunks_mut(sample.max(1))
         .zip(
-            g.par_chunks(plane.max(1))
-                .zip(values.par_chunks(plane.max(1))),
+            g.par_chunks(sample.max(1))
+                .zip(values.par_chunks(sample.max(1))),
         )
-        .enumerate()
-        .for_each(|(i, (dx, (g, x)))| {
-            let c = i % channels;
-            let (mean, inv_std) = scales[c];
-            let [sum, centred] = sums[c];
-            let mean_g = sum / count;
-            // xhat * mean(g xhat) = (x - mean) inv_std^2 centred / count.
-            let projection = inv_std * inv_std * centred / count;
-            let scale = gamma[c] * inv_std;
-            for ((dx, &g), &x) in dx.iter_mut().zip(g).zip(x) {
-                *dx = scale * (g - mean_g - (x - mean) * projection);
+        .with_min_len(samples_per_task(sample))
+        .for_each(|(dx, (g, x))| {
+            if plane == 1 {
+                let terms = a.iter().zip(b).zip(c);
+                for (((dx, &g), &x), ((&a, &b), &c)) in dx.iter_mut().zip(g).zip(x).zip(terms) {
+                    *dx = a * g - b * x - c;
+                }
+                return;
+            }
+            let planes = dx
+                .chunks_mut(plane)
+                .zip(g.chunks(plane).zip(x.chunks(plane)));
+            for ((dx, (g, x)), ((&a, &b), &c)) in planes.zip(a.iter().zip(b).zip(c)) {
+                for ((dx, &g), &x) in dx.iter_mut().zip(g).zip(x) {
+                    *dx = a * g - b * x - c;
+                }
             }
         });
     let dgamma: Vec<f32> = sums
@@ -201,9 +300,9 @@ impl HostBatchNorm for Flex {
         beta: FlexTensor,
         statistics: FlexTensor,
         epsilon: f64,
-        relu6: bool,
+        after: After,
     ) -> FlexTensor {
-        normalize(&x, &gamma, &beta, &statistics, epsilon, relu6)
+        normalize(&x, &gamma, &beta, &statistics, epsilon, after)
     }
 }
 
@@ -216,8 +315,9 @@ struct State {
     gamma: NodeId,
     statistics: FlexTensor,
     epsilon: f64,
-    /// The output, where clamped: it shares the output's buffer.
-    output: Option<FlexTensor>,
+    /// The output and what followed the normalisation, where something did: it shares the
+    /// output's buffer.
+    output: Option<(FlexTensor, After)>,
 }
 
 impl Backward<Flex, 3> for BatchNormBackward {
@@ -234,7 +334,7 @@ impl Backward<Flex, 3> for BatchNormBackward {
             &gamma,
             &state.statistics,
             state.epsilon,
-            state.output.as_ref(),
+            state.output.as_ref().map(|(y, after)| (y, *after)),
             dy,
         );
         register(
@@ -255,7 +355,7 @@ impl<C: CheckpointStrategy> HostBatchNorm for Autodiff<Flex, C> {
         beta: FloatTensor<Self>,
         statistics: FloatTensor<Self>,
         epsilon: f64,
-        relu6: bool,
+        after: After,
     ) -> FloatTensor<Self> {
         let statistics = statistics.into_primitive();
         match BatchNormBackward
@@ -271,14 +371,14 @@ impl<C: CheckpointStrategy> HostBatchNorm for Autodiff<Flex, C> {
                     beta.primitive(),
                     &statistics,
                     epsilon,
-                    relu6,
+                    after,
                 );
                 let state = State {
                     x: x_id,
                     gamma: gamma_id,
                     statistics,
                     epsilon,
-                    output: relu6.then(|| y.clone()),
+                    output: (after != After::Nothing).then(|| (y.clone(), after)),
                 };
                 prep.finish(state, y)
             }
@@ -288,7 +388,7 @@ impl<C: CheckpointStrategy> HostBatchNorm for Autodiff<Flex, C> {
                 beta.primitive(),
                 &statistics,
                 epsilon,
-                relu6,
+                after,
             )),
         }
     }
@@ -303,14 +403,14 @@ pub fn batch_statistics<const D: usize>(x: &Tensor<D>) -> Tensor<2> {
 }
 
 /// Batch normalisation of `x` by the batch's `statistics` (from [`batch_statistics`]),
-/// then ReLU6 where `relu6`, through [`HostBatchNorm`] on flex (f32).
+/// then `after`, through [`HostBatchNorm`] on flex (f32).
 pub fn batch_norm<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<1>,
     beta: Tensor<1>,
     statistics: Tensor<2>,
     epsilon: f64,
-    relu6: bool,
+    after: After,
 ) -> Tensor<D> {
     Tensor::from_dispatch(burn::backend::Dispatch::host_batch_norm(
         x.into_dispatch(),
@@ -318,90 +418,136 @@ pub fn batch_norm<const D: usize>(
         beta.into_dispatch(),
         statistics.into_dispatch(),
         epsilon,
-        relu6,
+        after,
     ))
+}
+
+/// burn's `BatchNorm` forward in training (the batch's statistics, the running ones updated
+/// as burn updates them), then `after`, by [`HostBatchNorm`]: for a layer whose `x` is on
+/// flex's autodiff device in f32 and which trains (see [`trains_on_host`]).
+pub fn train<const D: usize>(norm: &BatchNorm, x: Tensor<D>, after: After) -> Tensor<D> {
+    let statistics = batch_statistics(&x);
+    let channels = statistics.dims()[1];
+    let device = x.device();
+    let update = |state: &RunningState<Tensor<1>>, row: usize| {
+        let batch = statistics.clone().narrow(0, row, 1).reshape([channels]);
+        let running = state
+            .value_sync()
+            .to_device(&device)
+            .mul_scalar(1.0 - norm.momentum)
+            .add(batch.mul_scalar(norm.momentum));
+        state.update(running.detach());
+    };
+    update(&norm.running_mean, 0);
+    update(&norm.running_var, 1);
+    batch_norm(
+        x,
+        norm.gamma.val(),
+        norm.beta.val(),
+        statistics,
+        norm.epsilon,
+        after,
+    )
+}
+
+/// Whether `norm` in training on `x` is for [`train`]: f32 on flex's autodiff device, the
+/// layer not frozen (burn's own rule for its training path).
+pub fn trains_on_host<const D: usize>(norm: &BatchNorm, x: &Tensor<D>) -> bool {
+    super::take(x) && x.device().is_autodiff() && norm.training.is_enabled()
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::activation::relu6;
+    use burn::tensor::activation::{relu, relu6};
     use burn::tensor::module::batch_norm_train;
     use burn::tensor::{Tensor, TensorData};
 
     use super::super::{assert_close, values};
+    use super::After;
     use crate::backend::BackendKind;
 
     /// Output, statistics and the gradients of the input, gamma and beta equal burn's
-    /// `batch_norm_train` (then `relu6` where clamped), with values beyond both bounds.
+    /// `batch_norm_train` (then its `relu` or `relu6`), with values beyond the bounds, over
+    /// planes and over rows (a plane of one value: dcase-ae's `[n, c]`). No output lies at
+    /// a bound up to rounding (channel 3's inputs meet its mean exactly: shifted by its
+    /// beta), where the two would round to either side.
     #[test]
     fn matches_burns_batch_norm_train() {
         let device = BackendKind::Flex.device().unwrap().autodiff();
-        let (n, c, side) = (3, 4, 5);
-        let count = n * c * side * side;
-        let x_values: Vec<f32> = (0..count)
-            .map(|i| ((i * 37 % 101) as f32 - 40.0) * 0.15)
-            .collect();
-        let upstream: Vec<f32> = (0..count).map(|i| 1.0 + (i % 7) as f32 * 0.3).collect();
-        for clamped in [false, true] {
-            let run = |ours: bool| {
-                let x: Tensor<4> = Tensor::from_data(
-                    TensorData::new(x_values.clone(), [n, c, side, side]),
-                    &device,
-                )
-                .require_grad();
-                let gamma: Tensor<1> =
-                    Tensor::from_data(TensorData::new(vec![1.5f32, 0.5, 2.0, 1.0], [c]), &device)
-                        .require_grad();
-                let beta: Tensor<1> =
-                    Tensor::from_data(TensorData::new(vec![0.5f32, -0.5, 3.0, 0.0], [c]), &device)
-                        .require_grad();
-                let (y, mean, variance) = if ours {
-                    let statistics = super::batch_statistics(&x);
-                    let y = super::batch_norm(
-                        x.clone(),
-                        gamma.clone(),
-                        beta.clone(),
-                        statistics.clone(),
-                        1e-5,
-                        clamped,
-                    );
-                    let mean = statistics.clone().narrow(0, 0, 1).reshape([c]);
-                    (y, mean, statistics.narrow(0, 1, 1).reshape([c]))
-                } else {
-                    let out = batch_norm_train(x.clone(), gamma.clone(), beta.clone(), 1e-5);
-                    let y = if clamped {
-                        relu6(out.output)
+        let c = 4;
+        for (n, side) in [(3, 5), (7, 1)] {
+            let count = n * c * side * side;
+            let x_values: Vec<f32> = (0..count)
+                .map(|i| ((i * 37 % 101) as f32 - 40.0) * 0.15)
+                .collect();
+            let upstream: Vec<f32> = (0..count).map(|i| 1.0 + (i % 7) as f32 * 0.3).collect();
+            for after in [After::Nothing, After::Relu, After::Relu6] {
+                let run = |ours: bool| {
+                    let x: Tensor<4> = Tensor::from_data(
+                        TensorData::new(x_values.clone(), [n, c, side, side]),
+                        &device,
+                    )
+                    .require_grad();
+                    let gamma: Tensor<1> = Tensor::from_data(
+                        TensorData::new(vec![1.5f32, 0.5, 4.0, 1.0], [c]),
+                        &device,
+                    )
+                    .require_grad();
+                    let beta: Tensor<1> = Tensor::from_data(
+                        TensorData::new(vec![0.5f32, -0.5, 3.0, 0.05], [c]),
+                        &device,
+                    )
+                    .require_grad();
+                    let (y, mean, variance) = if ours {
+                        let statistics = super::batch_statistics(&x);
+                        let y = super::batch_norm(
+                            x.clone(),
+                            gamma.clone(),
+                            beta.clone(),
+                            statistics.clone(),
+                            1e-5,
+                            after,
+                        );
+                        let mean = statistics.clone().narrow(0, 0, 1).reshape([c]);
+                        (y, mean, statistics.narrow(0, 1, 1).reshape([c]))
                     } else {
-                        out.output
+                        let out = batch_norm_train(x.clone(), gamma.clone(), beta.clone(), 1e-5);
+                        let y = match after {
+                            After::Nothing => out.output,
+                            After::Relu => relu(out.output),
+                            After::Relu6 => relu6(out.output),
+                        };
+                        (y, out.mean, out.variance)
                     };
-                    (y, out.mean, out.variance)
+                    let weights = Tensor::from_data(
+                        TensorData::new(upstream.clone(), [n, c, side, side]),
+                        &device,
+                    );
+                    let grads = (y.clone() * weights).sum().backward();
+                    [
+                        values(y.inner()),
+                        values(mean.inner()),
+                        values(variance.inner()),
+                        values(x.grad(&grads).unwrap()),
+                        values(gamma.grad(&grads).unwrap()),
+                        values(beta.grad(&grads).unwrap()),
+                    ]
                 };
-                let weights = Tensor::from_data(
-                    TensorData::new(upstream.clone(), [n, c, side, side]),
-                    &device,
-                );
-                let grads = (y.clone() * weights).sum().backward();
-                [
-                    values(y.inner()),
-                    values(mean.inner()),
-                    values(variance.inner()),
-                    values(x.grad(&grads).unwrap()),
-                    values(gamma.grad(&grads).unwrap()),
-                    values(beta.grad(&grads).unwrap()),
-                ]
-            };
-            let (ours, theirs) = (run(true), run(false));
-            for (i, what) in ["output", "mean", "variance", "dx", "dgamma", "dbeta"]
-                .iter()
-                .enumerate()
-            {
-                assert_close(&ours[i], &theirs[i], &format!("{what}, clamped {clamped}"));
-            }
-            if clamped {
-                assert!(
-                    ours[0].contains(&0.0) && ours[0].contains(&6.0),
-                    "both bounds reached"
-                );
+                let (ours, theirs) = (run(true), run(false));
+                let names = ["output", "mean", "variance", "dx", "dgamma", "dbeta"];
+                for (i, what) in names.iter().enumerate() {
+                    assert_close(
+                        &ours[i],
+                        &theirs[i],
+                        &format!("{what}, {after:?}, {n} x {side}"),
+                    );
+                }
+                if after != After::Nothing {
+                    assert!(ours[0].contains(&0.0), "the lower bound reached");
+                }
+                if after == After::Relu6 {
+                    assert!(ours[0].contains(&6.0), "the upper bound reached");
+                }
             }
         }
     }
