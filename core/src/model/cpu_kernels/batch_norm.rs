@@ -168,10 +168,9 @@ fn normalize(
     after: After,
 ) -> FlexTensor {
     let shape = x.shape();
-    let [_, channels, plane] = layout(&shape);
+    let [_, _, plane] = layout(&shape);
     let (values, gamma, beta) = (contiguous(x), contiguous(gamma), contiguous(beta));
     let scales = scales(statistics, epsilon);
-    let sample = channels * plane;
     // Each channel's `x * scale + shift`.
     let (scale, shift): (Vec<f32>, Vec<f32>) = scales
         .iter()
@@ -179,26 +178,59 @@ fn normalize(
         .map(|(c, &(mean, inv_std))| (gamma[c] * inv_std, beta[c] - mean * gamma[c] * inv_std))
         .unzip();
     let mut y = vec![0.0f32; values.len()];
+    // One loop per activation: a match inside the loop kept it from vectorising.
+    match after {
+        After::Nothing => affine_pass(&mut y, &values, [&scale, &shift], plane, |v| v),
+        After::Relu => affine_pass(&mut y, &values, [&scale, &shift], plane, |v| {
+            After::Relu.apply(v)
+        }),
+        After::Relu6 => affine_pass(&mut y, &values, [&scale, &shift], plane, |v| {
+            After::Relu6.apply(v)
+        }),
+    }
+    tensor(y, shape)
+}
+
+/// `y = then(x * scale[c] + shift[c])` over `[n, c, plane]` values, a run of samples per
+/// rayon task.
+fn affine_pass(
+    y: &mut [f32],
+    x: &[f32],
+    [scale, shift]: [&[f32]; 2],
+    plane: usize,
+    then: impl Fn(f32) -> f32 + Sync,
+) {
+    let sample = scale.len() * plane;
     y.par_chunks_mut(sample.max(1))
-        .zip(values.par_chunks(sample.max(1)))
+        .zip(x.par_chunks(sample.max(1)))
         .with_min_len(samples_per_task(sample))
         .for_each(|(y, x)| {
             if plane == 1 {
                 // A row across the channels: their factors side by side, vectorised.
-                let factors = scale.iter().zip(&shift);
+                let factors = scale.iter().zip(shift);
                 for ((y, &x), (&scale, &shift)) in y.iter_mut().zip(x).zip(factors) {
-                    *y = after.apply(x * scale + shift);
+                    *y = then(x * scale + shift);
                 }
                 return;
             }
             let planes = y.chunks_mut(plane).zip(x.chunks(plane));
-            for ((y, x), (&scale, &shift)) in planes.zip(scale.iter().zip(&shift)) {
+            for ((y, x), (&scale, &shift)) in planes.zip(scale.iter().zip(shift)) {
                 for (y, &x) in y.iter_mut().zip(x) {
-                    *y = after.apply(x * scale + shift);
+                    *y = then(x * scale + shift);
                 }
             }
         });
-    tensor(y, shape)
+}
+
+/// Zeroes the gradient `g` where the output `y` does not pass it (`passes`).
+fn mask(g: &mut [f32], y: &[f32], passes: impl Fn(f32) -> bool + Sync) {
+    g.par_chunks_mut(super::CHUNK)
+        .zip(y.par_chunks(super::CHUNK))
+        .for_each(|(g, y)| {
+            for (g, &y) in g.iter_mut().zip(y) {
+                *g = if passes(y) { *g } else { 0.0 };
+            }
+        });
 }
 
 /// The gradients of `x`, `gamma` and `beta` from the output's `dy`; `output`: the op's
@@ -215,15 +247,12 @@ fn backward(
     let [n, channels, plane] = layout(&shape);
     let mut dy = writable(dy);
     if let Some((output, after)) = output {
-        let y = contiguous(output);
-        dy.storage_mut::<f32>()
-            .par_chunks_mut(super::CHUNK)
-            .zip(y.par_chunks(super::CHUNK))
-            .for_each(|(g, y)| {
-                for (g, &y) in g.iter_mut().zip(y) {
-                    *g = if after.passes(y) { *g } else { 0.0 };
-                }
-            });
+        let (y, g) = (contiguous(output), dy.storage_mut::<f32>());
+        match after {
+            After::Nothing => {}
+            After::Relu => mask(g, &y, |y| After::Relu.passes(y)),
+            After::Relu6 => mask(g, &y, |y| After::Relu6.passes(y)),
+        }
     }
     let (values, gamma) = (contiguous(x), contiguous(gamma));
     let g = dy.storage::<f32>();
