@@ -96,7 +96,23 @@ impl DcaseAe {
         for block in self.encoder.iter().chain(&self.decoder) {
             h = block.forward(h);
         }
-        (self.output.forward(h), x)
+        (self.output_layer(h), x)
+    }
+
+    /// The last dense layer; on flex the host linear layer, its rows split over the threads.
+    fn output_layer(&self, h: Tensor<2>) -> Tensor<2> {
+        #[cfg(feature = "flex")]
+        if let Some(bias) = &self.output.bias
+            && super::cpu_kernels::take(&h)
+        {
+            return super::cpu_kernels::linear::linear(
+                h,
+                self.output.weight.val(),
+                bias.val(),
+                false,
+            );
+        }
+        self.output.forward(h)
     }
 }
 
