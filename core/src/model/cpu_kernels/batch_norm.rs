@@ -387,38 +387,30 @@ impl<C: CheckpointStrategy> HostBatchNorm for Autodiff<Flex, C> {
         after: After,
     ) -> FloatTensor<Self> {
         let statistics = statistics.into_primitive();
+        let y = normalize(
+            x.primitive(),
+            gamma.primitive(),
+            beta.primitive(),
+            &statistics,
+            epsilon,
+            after,
+        );
         match BatchNormBackward
             .prepare::<C>([x.node(), gamma.node(), beta.node()])
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(mut prep) => {
-                let (x_id, gamma_id) = (prep.checkpoint(&x), prep.checkpoint(&gamma));
-                let y = normalize(
-                    x.primitive(),
-                    gamma.primitive(),
-                    beta.primitive(),
-                    &statistics,
-                    epsilon,
-                    after,
-                );
                 let state = State {
-                    x: x_id,
-                    gamma: gamma_id,
+                    x: prep.checkpoint(&x),
+                    gamma: prep.checkpoint(&gamma),
                     statistics,
                     epsilon,
                     output: (after != After::Nothing).then(|| (y.clone(), after)),
                 };
                 prep.finish(state, y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(normalize(
-                x.primitive(),
-                gamma.primitive(),
-                beta.primitive(),
-                &statistics,
-                epsilon,
-                after,
-            )),
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 }

@@ -327,28 +327,22 @@ impl<C: CheckpointStrategy> HostDepthwise for Autodiff<Flex, C> {
         stride: usize,
         padding: usize,
     ) -> FloatTensor<Self> {
+        let plane = Plane::of(x.primitive(), weight.primitive(), stride, padding);
+        let y = depthwise_forward(x.primitive(), weight.primitive(), plane);
         match DepthwiseBackward
             .prepare::<C>([x.node(), weight.node()])
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(mut prep) => {
-                let (x_id, weight_id) = (prep.checkpoint(&x), prep.checkpoint(&weight));
-                let (x, weight) = (x.into_primitive(), weight.into_primitive());
-                let plane = Plane::of(&x, &weight, stride, padding);
-                let y = depthwise_forward(&x, &weight, plane);
                 let state = State {
-                    x: x_id,
-                    weight: weight_id,
+                    x: prep.checkpoint(&x),
+                    weight: prep.checkpoint(&weight),
                     plane,
                 };
                 prep.finish(state, y)
             }
-            OpsKind::UnTracked(prep) => {
-                let (x, weight) = (x.into_primitive(), weight.into_primitive());
-                let plane = Plane::of(&x, &weight, stride, padding);
-                prep.finish(depthwise_forward(&x, &weight, plane))
-            }
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 }
