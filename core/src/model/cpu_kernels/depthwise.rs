@@ -86,11 +86,10 @@ impl Plane {
         self.small[0] * self.width()
     }
 
-    /// Where tap `tap` reads: the start of its run in the phase planes.
+    /// Where tap `tap` reads: the start of its run in the phase planes, which is where the
+    /// padded input's position `(ky, kx)` lies.
     fn tap_start(&self, tap: usize) -> usize {
-        let (k, s, width) = (self.kernel, self.stride, self.width());
-        let (ky, kx) = (tap / k, tap % k);
-        ((ky % s) * s + kx % s) * self.phase_len() + (ky / s) * width + kx / s
+        self.at(tap / self.kernel, tap % self.kernel)
     }
 
     /// Where the padded input's row `r` and column `c` lie in the phase planes.
