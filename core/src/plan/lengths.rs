@@ -110,6 +110,15 @@ pub async fn prepare<T: TrainingTask>(
     // Padded frames a micro-batch may hold once the device refused a bucket whatever the
     // budget (a tensor past its largest buffer): half of the refused bucket's.
     let mut most_frames: Option<usize> = None;
+    // Each shape a dry-run measured over the budget, as (frames, the most examples a
+    // micro-batch of at least those frames may hold after it). A refitted model may still
+    // give that shape: on a paged device pool a step is whole pages, and a fit to the
+    // largest allocation a megabyte high puts a page fewer under it (seed 003's 16 x 2,947
+    // on an H200: 14 pages of 69 MiB predicted, 15 of 68 taken, 1,029 MiB of 1,024). A
+    // shape measured over is never planned again, nor a longer or wider one.
+    let mut over: Vec<(usize, usize)> = Vec::new();
+    // Every dry-run, for the error when none passes.
+    let mut tried: Vec<String> = Vec::new();
     // A plan is taken once its longest and widest buckets were measured and the model,
     // refitted to those steps, still gives it. A refusal measured nothing, so it does not
     // use up a try.
@@ -128,13 +137,8 @@ pub async fn prepare<T: TrainingTask>(
                 resident,
                 longest_fitting: model.longest_alone(available, effective_batch > 1, longest),
             })?;
-        if let Some(most) = most_frames {
-            for bucket in &mut buckets.buckets {
-                bucket.examples = bucket.examples.min(most / bucket.frames);
-            }
-            if buckets.buckets.iter().any(|b| b.examples == 0) {
-                return Err(PlanningError::DryRunsFailed(last));
-            }
+        if !within_what_was_measured(&mut buckets, most_frames, &over) {
+            return Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)));
         }
         let accumulating = |b: &LengthBucket| b.examples < effective_batch;
         let mut checks: Vec<LengthBucket> = buckets.buckets.last().copied().into_iter().collect();
@@ -208,6 +212,13 @@ pub async fn prepare<T: TrainingTask>(
             let measured_peak = beside + m.peak_bytes;
             let fits = measured_peak <= request.budget_bytes;
             sink.emit(Event::DryRun(report(measured_peak, fits, None)));
+            tried.push(format!(
+                "{} x {}: {} / {}",
+                bucket.examples,
+                bucket.frames,
+                crate::size::human(predicted),
+                crate::size::human(measured_peak)
+            ));
             if !fits {
                 last = format!(
                     "{} examples of {} frames, measured {} of {}",
@@ -216,11 +227,55 @@ pub async fn prepare<T: TrainingTask>(
                     crate::size::human(measured_peak),
                     crate::size::human(request.budget_bytes)
                 );
+                over.push((
+                    bucket.frames,
+                    fewer_after_over(bucket.examples, m.peak_bytes, available),
+                ));
             }
             measurements.push(m);
         }
     }
-    Err(PlanningError::DryRunsFailed(last))
+    Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)))
+}
+
+/// Cuts each bucket to what the dry-runs allow: at most `most_frames` padded frames (once the
+/// device refused a bucket), and at most the examples `over` leaves at its length or a
+/// shorter one measured over the budget. False when a bucket is left no example.
+fn within_what_was_measured(
+    buckets: &mut LengthBuckets,
+    most_frames: Option<usize>,
+    over: &[(usize, usize)],
+) -> bool {
+    for bucket in &mut buckets.buckets {
+        if let Some(most) = most_frames {
+            bucket.examples = bucket.examples.min(most / bucket.frames);
+        }
+        for &(frames, most) in over {
+            if bucket.frames >= frames {
+                bucket.examples = bucket.examples.min(most);
+            }
+        }
+    }
+    buckets.buckets.iter().all(|b| b.examples > 0)
+}
+
+/// The most examples a micro-batch may hold after `examples` measured `measured` bytes over
+/// the `available`: fewer, and as many fewer as the excess is a share of the step (a
+/// model a page or two under its measurement would otherwise take a dry-run per example).
+fn fewer_after_over(examples: usize, measured: u64, available: u64) -> usize {
+    let scaled = (examples as f64 * available as f64 / measured.max(1) as f64).floor() as usize;
+    scaled.min(examples.saturating_sub(1))
+}
+
+/// `last` (why the last dry-run did not pass) and every dry-run, predicted against measured.
+fn tried_so_far(last: &str, tried: &[String]) -> String {
+    if tried.is_empty() {
+        return last.to_string();
+    }
+    format!(
+        "{last} (the dry-runs, examples x frames: predicted / measured: {})",
+        tried.join(", ")
+    )
 }
 
 /// The plan for `buckets`, with its calibration: the memory model at the longest length
@@ -285,5 +340,75 @@ fn accept<T: TrainingTask>(
         plan,
         breakdown,
         calibration,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Seed 003's contrastive model planned at 1 GiB for 128 pairs on an H200 (wgpu,
+    /// bench/gpu_session's clap part at 3cda957): calibration's six steps, then three
+    /// tries of the longest and widest buckets, the last two 1,029 MiB on the pool.
+    fn h200_steps() -> Vec<StepMeasurement> {
+        serde_json::from_str(include_str!("testdata/h200_speech_clap_1gib.json"))
+            .expect("the measured steps parse")
+    }
+
+    #[test]
+    fn a_shape_measured_over_the_budget_is_never_planned_again() {
+        let steps = h200_steps();
+        let over = steps
+            .iter()
+            .find(|m| m.patches == 16 && m.frames == Some(2947))
+            .expect("the third try's longest bucket");
+        let available = 1024 * MIB;
+        assert!(over.peak_bytes > available);
+        // The model refitted to every step measured still gives that shape: the pool took
+        // 15 pages of 68 MiB, the fit predicts 14 of 69.
+        let model = LengthModel::fit(&steps, 1_056_604 + 524_288, 0.02).unwrap();
+        assert!(model.step_bytes(16, 2947, true) <= available);
+        let lengths: Vec<usize> = (121..2947).step_by(7).chain([2947]).collect();
+        let mut buckets = model.buckets(&lengths, 128, available).unwrap();
+        assert_eq!(buckets.buckets.last().map(|b| b.examples), Some(16));
+        let cut = fewer_after_over(16, over.peak_bytes, available);
+        assert_eq!(cut, 15);
+        assert!(within_what_was_measured(&mut buckets, None, &[(2947, cut)]));
+        let longest = buckets.buckets.last().unwrap();
+        assert_eq!((longest.frames, longest.examples), (2947, 15));
+        // Shorter buckets keep what the model gives them.
+        assert!(buckets.buckets[0].examples > 15);
+    }
+
+    #[test]
+    fn a_step_far_over_takes_as_many_examples_fewer_as_its_excess() {
+        // 68 of the longest measured 4.27 GiB of 4 GiB: 63, not 67 and three more tries.
+        let measured = (4.27 * 1024.0 * MIB as f64) as u64;
+        assert_eq!(fewer_after_over(68, measured, 4096 * MIB), 63);
+        // Always at least one fewer, and none once one example was over.
+        assert_eq!(fewer_after_over(100, 4096 * MIB + 1, 4096 * MIB), 99);
+        assert_eq!(fewer_after_over(1, 2 * MIB, MIB), 0);
+    }
+
+    #[test]
+    fn a_bucket_left_no_example_is_no_plan() {
+        let mut buckets = LengthBuckets {
+            buckets: vec![
+                LengthBucket {
+                    frames: 100,
+                    examples: 8,
+                },
+                LengthBucket {
+                    frames: 400,
+                    examples: 2,
+                },
+            ],
+            seconds: None,
+        };
+        assert!(within_what_was_measured(&mut buckets, Some(500), &[]));
+        assert_eq!(buckets.buckets[0].examples, 5);
+        assert!(!within_what_was_measured(&mut buckets, None, &[(300, 0)]));
     }
 }
