@@ -24,16 +24,22 @@ use crate::precision::Precision;
 use crate::task::TrainingTask;
 
 /// Steps measured at lengths: one and two examples of the longest (the fixed part and the
-/// per-example part there), two at half, four at a quarter and eight at an eighth of it
-/// (the curve, and what an example costs whatever its length), and sixteen at a sixteenth:
+/// per-example part there), two and four at half, four at a quarter and eight at an eighth
+/// of it (the curve, and what an example costs whatever its length), and sixteen at a sixteenth:
 /// a micro-batch as wide as a step of short examples, which the narrower points
 /// under-predicted by up to a fifth (bench/speech_inrun at a5ed5fe). Each holds about as
 /// many frames as one example of the longest, so none needs much more memory than it.
-fn calibration_points(longest: usize) -> [(usize, usize); 6] {
+/// Four at half, beside two: on a CPU of several threads one example's step takes one
+/// thread's scratch where two take two, so one and two of the longest alone read that
+/// scratch as each example's; without it the fit's largest shortfall (4 MiB at 300 MiB,
+/// added to every prediction) put speech-clap's runs +3.5% over (bench/speech_inrun:
+/// docs/BENCHMARKS.md).
+fn calibration_points(longest: usize) -> [(usize, usize); 7] {
     [
         (1, longest),
         (2, longest),
         (2, longest.div_ceil(2)),
+        (4, longest.div_ceil(2)),
         (4, longest.div_ceil(4)),
         (8, longest.div_ceil(8)),
         (16, longest.div_ceil(16)),
