@@ -31,9 +31,9 @@ use crate::task::TrainingTask;
 /// many frames as one example of the longest, so none needs much more memory than it.
 /// Four at half, beside two: on a CPU of several threads one example's step takes one
 /// thread's scratch where two take two, so one and two of the longest alone read that
-/// scratch as each example's; without it the fit's largest shortfall (4 MiB at 300 MiB,
-/// added to every prediction) put speech-clap's runs +3.5% over (bench/speech_inrun:
-/// docs/BENCHMARKS.md).
+/// scratch as each example's, and the fit's largest shortfall, added to every prediction,
+/// grows with it (bench/speech_inrun, the recogniser's runs: worst 6.3-9.6% with six
+/// points, 3.5-3.6% with seven; docs/BENCHMARKS.md).
 fn calibration_points(longest: usize) -> [(usize, usize); 7] {
     [
         (1, longest),
