@@ -471,7 +471,8 @@ fn the_recogniser_trains_on_recordings_opened_in_the_app() {
         &mut harness,
         "the run on the recordings and its scoring",
         Duration::from_secs(300),
-        |app| app.session.state == RunState::Finished,
+        // The results come after the run's `finished` event (scoring follows training).
+        |app| app.session.state == RunState::Finished && app.session.results.is_some(),
     );
     let session = &harness.state().session;
     assert_eq!(session.error, None);
