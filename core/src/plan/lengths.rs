@@ -118,10 +118,9 @@ pub async fn prepare<T: TrainingTask>(
     let mut most_frames: Option<usize> = None;
     // Each shape a dry-run measured over the budget, as (frames, the most examples a
     // micro-batch of at least those frames may hold after it). A refitted model may still
-    // give that shape: on a paged device pool a step is whole pages, and a fit to the
-    // largest allocation a megabyte high puts a page fewer under it (seed 003's 16 x 2,947
-    // on an H200: 14 pages of 69 MiB predicted, 15 of 68 taken, 1,029 MiB of 1,024). A
-    // shape measured over is never planned again, nor a longer or wider one.
+    // give that shape, as the paged model did before 40d345a (seed 003's 16 x 2,947 on an
+    // H200: 14 pages of 69 MiB predicted, 15 of 68 taken, 1,029 MiB of 1,024): whatever
+    // the model, a shape measured over is never planned again, nor a longer or wider one.
     let mut over: Vec<(usize, usize)> = Vec::new();
     // Every dry-run, for the error when none passes.
     let mut tried: Vec<String> = Vec::new();
