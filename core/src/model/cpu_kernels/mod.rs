@@ -28,6 +28,7 @@ pub mod linear;
 mod matrix;
 pub mod relu6;
 pub mod unfold;
+mod unwritten;
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;

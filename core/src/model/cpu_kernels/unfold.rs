@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm};
 use super::sum_partials;
+use super::unwritten::Unwritten;
 
 /// How a k x k window maps a large image onto a small grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +279,7 @@ pub fn conv_backward(
     let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
     let n = x.len() / large;
     let run = Run::of(n, positions);
-    let mut dx = wanted.input.then(|| vec![0.0f32; n * large]);
+    let mut dx = wanted.input.then(|| Unwritten::new(n * large));
     let weight = Mat::new(w, out, rows);
     let per_group =
         |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
@@ -308,10 +309,13 @@ pub fn conv_backward(
         large,
         || Scratch::sized(rows, out, run, positions),
         out * rows,
-        dx.as_deref_mut(),
+        dx.as_mut(),
         per_group,
     );
-    (dx, wanted.weight.then(|| transposed(&dw, rows, out)))
+    (
+        dx.map(Unwritten::written),
+        wanted.weight.then(|| transposed(&dw, rows, out)),
+    )
 }
 
 /// `[cols, rows]` of a row-major `[rows, cols]`.
@@ -346,7 +350,7 @@ pub fn conv_transpose_backward(
     let n = dy.len() / large;
     let run = Run::of(n, positions);
     let sample = cin * positions;
-    let mut dx = wanted.input.then(|| vec![0.0f32; n * sample]);
+    let mut dx = wanted.input.then(|| Unwritten::new(n * sample));
     let weight = Mat::new(w, cin, rows);
     let per_group =
         |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
@@ -366,10 +370,13 @@ pub fn conv_transpose_backward(
         sample,
         || Scratch::sized(rows, cin, run, positions),
         cin * rows,
-        dx.as_deref_mut(),
+        dx.as_mut(),
         per_group,
     );
-    (dx, wanted.weight.then(|| transposed(&dw, rows, cin)))
+    (
+        dx.map(Unwritten::written),
+        wanted.weight.then(|| transposed(&dw, rows, cin)),
+    )
 }
 
 /// A convolution `y = conv(x, w)` (no bias): `x` is `[n, window.channels, large]`, `w` is
@@ -387,7 +394,7 @@ pub fn conv_forward(
     let n = x.len() / large.max(1);
     let run = Run::of(n, positions);
     let sample = out * positions;
-    let mut y = vec![0.0f32; n * sample];
+    let mut y = Unwritten::new(n * sample);
     let weight = Mat::new(w, out, rows);
     y.par_chunks_mut((run.together * sample).max(1))
         .enumerate()
@@ -402,7 +409,7 @@ pub fn conv_forward(
                 y.chunks_mut(sample.max(1)).for_each(&finish);
             },
         );
-    y
+    y.written()
 }
 
 /// A transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is `[n, cin, small]`,
@@ -417,11 +424,14 @@ pub fn conv_transpose_forward(
     cin: usize,
     finish: impl Fn(&mut [f32]) + Sync,
 ) -> Vec<f32> {
+    if let Some(phases) = subpixel::Phases::of(window) {
+        return subpixel::conv_transpose_forward(phases, x, w, cin, finish);
+    }
     let (rows, positions, large) = (window.rows(), window.positions(), window.large_len());
     let sample = cin * positions;
     let n = x.len() / sample.max(1);
     let run = Run::of(n, positions);
-    let mut y = vec![0.0f32; n * large];
+    let mut y = Unwritten::new(n * large);
     let weight = Mat::new(w, cin, rows);
     y.par_chunks_mut((run.together * large).max(1))
         .enumerate()
@@ -440,7 +450,7 @@ pub fn conv_transpose_forward(
                 }
             },
         );
-    y
+    y.written()
 }
 
 /// `lhs @ rhs` for a group of samples side by side (`rhs` `count * positions` wide), each
@@ -508,11 +518,11 @@ impl Run {
         dx_len: usize,
         scratch: impl Fn() -> Scratch + Sync + Send,
         dw_len: usize,
-        dx: Option<&mut [f32]>,
+        dx: Option<&mut Unwritten>,
         per_group: impl Fn(usize, usize, Option<&mut [f32]>, &mut [f32], &mut Scratch) + Sync,
     ) -> Vec<f32> {
         let (samples, together) = (self.samples, self.together);
-        let mut partials = vec![0.0f32; n.div_ceil(samples) * dw_len];
+        let mut partials = Unwritten::new(n.div_ceil(samples) * dw_len);
         let groups = |run: usize| {
             let first = run * samples;
             (first..(first + samples).min(n))
@@ -538,7 +548,7 @@ impl Run {
                 },
             ),
         }
-        sum_partials(&partials, dw_len)
+        sum_partials(&partials.written(), dw_len)
     }
 }
 
@@ -589,5 +599,6 @@ fn side_by_side<'a>(
     &into[..channels * ld]
 }
 
+mod subpixel;
 #[cfg(test)]
 mod tests;

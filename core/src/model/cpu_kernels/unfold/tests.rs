@@ -251,6 +251,41 @@ fn conv_transpose_forward_matches_direct_loops() {
     check_conv_transpose_forward(20, window, 3);
 }
 
+/// The sub-pixel form (one convolution per output phase) wherever the phases split the
+/// output exactly, and the product-then-fold form where they do not, both against direct
+/// loops.
+#[test]
+fn conv_transpose_forward_matches_direct_loops_through_phases_and_folds() {
+    let transpose = |small: [usize; 2], kernel: usize, stride: usize, padding: usize| Window {
+        channels: 3,
+        large: small.map(|side| (side - 1) * stride + kernel - 2 * padding),
+        small,
+        kernel,
+        stride,
+        padding,
+    };
+    let phased = [
+        transpose([3, 4], 2, 2, 0),
+        transpose([4, 3], 4, 2, 0),
+        transpose([5, 4], 4, 2, 2),
+        transpose([5, 6], 4, 2, 3),
+        transpose([3, 4], 6, 3, 0),
+        transpose([4, 3], 6, 3, 3),
+        transpose([5, 4], 3, 1, 1),
+        transpose([17, 16], 4, 2, 1),
+    ];
+    for window in phased {
+        assert!(subpixel::Phases::of(window).is_some(), "{window:?}");
+        check_conv_transpose_forward(3, window, 2);
+        check_conv_transpose_forward(11, window, 4);
+    }
+    // Odd outputs at stride 2 (a 3 x 3 kernel), and a kernel not a multiple of the stride.
+    for window in [transpose([5, 4], 3, 2, 1), transpose([4, 4], 5, 2, 1)] {
+        assert!(subpixel::Phases::of(window).is_none(), "{window:?}");
+        check_conv_transpose_forward(3, window, 2);
+    }
+}
+
 /// The same gradients, bit for bit, on one thread and on three: a run is reproducible.
 #[test]
 fn gradients_do_not_depend_on_the_thread_count() {
