@@ -3,7 +3,8 @@
 //!
 //! Forward is ours too, one sample per rayon task: a convolution unfolds the sample and
 //! multiplies it by the weight ([`unfold::conv_forward`]; flex's own was a direct loop, 7%
-//! of the contrastive model's cached step), a transpose convolution multiplies and folds
+//! of the contrastive model's cached step), a transpose convolution is one convolution per
+//! output phase where its stride divides its kernel, else it multiplies and folds
 //! ([`unfold::conv_transpose_forward`]; flex's scatters each product one element at a time),
 //! and the bias and the activation that follows most layers (ReLU, or a GAN
 //! discriminator's leaky ReLU) are applied to the sample's output in the same task; the
