@@ -23,8 +23,6 @@ pub(super) struct Phases {
     layer: Window,
     /// The window unfolding its input for every phase: (k/s) x (k/s) at stride 1.
     input: Window,
-    /// Each phase's outputs per axis.
-    per_phase: [usize; 2],
 }
 
 impl Phases {
@@ -41,10 +39,9 @@ impl Phases {
         let padding = (taps - 1).checked_sub(lowest)?;
         let grid = |side: usize| (side + 2 * padding + 1).checked_sub(taps);
         let small = [grid(layer.small[0])?, grid(layer.small[1])?];
-        let per_phase = layer.large.map(|side| side / s);
         // The last phase's outputs start `shift` positions in and must lie inside the grid.
         let shift = p.div_ceil(s) - lowest;
-        let fits = (0..2).all(|axis| shift + per_phase[axis] <= small[axis]);
+        let fits = (0..2).all(|axis| shift + layer.large[axis] / s <= small[axis]);
         fits.then_some(Self {
             layer,
             input: Window {
@@ -55,7 +52,6 @@ impl Phases {
                 stride: 1,
                 padding,
             },
-            per_phase,
         })
     }
 
@@ -114,7 +110,7 @@ impl Phases {
         let (s, cout) = (self.layer.stride, self.layer.channels);
         let [lh, lw] = self.layer.large;
         let [_, gw] = self.input.small;
-        let [mh, mw] = self.per_phase;
+        let [mh, mw] = [lh / s, lw / s];
         for o in 0..cout {
             let plane = &mut out[o * lh * lw..(o + 1) * lh * lw];
             for (oy, line) in plane.chunks_exact_mut(lw).enumerate().take(mh * s) {
@@ -161,7 +157,7 @@ pub(super) fn conv_transpose_forward(
     let (rows, grid) = (input.rows(), input.positions());
     let (stride, cout) = (phases.layer.stride, phases.layer.channels);
     let product_rows = stride * stride * cout;
-    let sample = cin * input.large[0] * input.large[1];
+    let sample = input.large_len();
     let large = phases.layer.large_len();
     let n = x.len() / sample.max(1);
     let run = Run::of(n, grid);
