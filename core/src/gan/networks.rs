@@ -202,7 +202,8 @@ impl Generator {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        // One output channel: on the CPU every tap's product at once (`conv_by_taps`).
+        // One output channel: on flex its planes, on the other CPU backends every tap's
+        // product at once (`conv_by_taps`).
         let x = if cpu_forms::is_cpu(&x.device()) {
             cpu_forms::conv(&self.out, x, false)
         } else {

@@ -37,44 +37,54 @@ pub fn is_cpu(device: &Device) -> bool {
     false
 }
 
-/// `layer` (then a ReLU when `relu`) in the fastest form for a CPU backend: unfolding for
-/// one input channel, taps for a stride-1 layer with few output channels, on flex the
-/// unfolded-gradient kernels with bias and ReLU fused, burn's convolution otherwise.
+/// `layer` (then a ReLU when `relu`) in the fastest form for a CPU backend: on flex the
+/// layer kernels with bias and ReLU fused (planes for one input or output channel, else
+/// unfolded GEMMs); elsewhere unfolding for one input channel, taps for a stride-1 layer
+/// with few output channels, burn's convolution otherwise.
 pub fn conv(layer: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
-    let [out, channels, kh, kw] = layer.weight.val().dims();
+    let [out, channels, _, _] = layer.weight.val().dims();
+    #[cfg(feature = "flex")]
+    if let Some((bias, stride, padding)) = flex_kernel_layer(layer, &x) {
+        let thin = super::cpu_kernels::thin::applies(channels, out);
+        // Other layers of few output channels keep the taps' form below (the GAN's).
+        if thin || !(out <= 4 && layer.stride == [1, 1]) {
+            return super::cpu_kernels::conv(
+                x,
+                layer.weight.val(),
+                bias,
+                stride,
+                padding,
+                super::cpu_kernels::Activation::relu_if(relu),
+            );
+        }
+    }
     if channels == 1 {
         return relu_if(conv_by_unfolding(layer, x), relu);
     }
     if out <= 4 && layer.stride == [1, 1] && layer.dilation == [1, 1] {
         return relu_if(conv_by_taps(layer, x), relu);
     }
-    #[cfg(feature = "flex")]
-    if let Some(bias) = &layer.bias {
-        let [ph, pw] = padding(layer);
-        // No padding (the recogniser's subsampling) is symmetric too.
-        let symmetric = matches!(layer.padding, PaddingConfig2d::Valid)
-            || matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
-        if super::cpu_kernels::runs_on(&x.device())
-            && kh == kw
-            && ph == pw
-            && symmetric
-            && layer.stride[0] == layer.stride[1]
-            && layer.dilation == [1, 1]
-            && layer.groups == 1
-        {
-            let weight = layer.weight.val();
-            return super::cpu_kernels::conv(
-                x,
-                weight,
-                bias.val(),
-                layer.stride[0],
-                ph,
-                super::cpu_kernels::Activation::relu_if(relu),
-            );
-        }
-    }
-    let _ = (kh, kw);
     relu_if(layer.forward(x), relu)
+}
+
+/// The bias, stride and padding of a layer flex's kernels take (`x` on flex; a bias;
+/// square kernel, equal stride and symmetric padding on both axes; no dilation or groups).
+#[cfg(feature = "flex")]
+fn flex_kernel_layer(layer: &Conv2d, x: &Tensor<4>) -> Option<(Tensor<1>, usize, usize)> {
+    let bias = layer.bias.as_ref()?;
+    let [_, _, kh, kw] = layer.weight.val().dims();
+    let [ph, pw] = padding(layer);
+    // No padding (the recogniser's subsampling) is symmetric too.
+    let symmetric = matches!(layer.padding, PaddingConfig2d::Valid)
+        || matches!(layer.padding, PaddingConfig2d::Explicit(t, l, b, r) if t == b && l == r);
+    (super::cpu_kernels::runs_on(&x.device())
+        && kh == kw
+        && ph == pw
+        && symmetric
+        && layer.stride[0] == layer.stride[1]
+        && layer.dilation == [1, 1]
+        && layer.groups == 1)
+        .then(|| (bias.val(), layer.stride[0], ph))
 }
 
 /// `layer` (then a ReLU when `relu`) on a CPU backend: on flex the unfolded-gradient

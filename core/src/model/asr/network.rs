@@ -162,7 +162,8 @@ impl AsrNetworks {
         let [n, length, mels] = features.dims();
         let x = features.reshape([n, 1, length, mels]);
         // On the CPU through Headroom's forms (the first convolution, of one channel, by
-        // unfolding; the second by flex's unfolded-gradient kernels; bias and ReLU fused):
+        // flex's plane kernels, elsewhere by unfolding; the second by flex's
+        // unfolded-gradient kernels; bias and ReLU fused):
         // burn's weight gradients here are matrix products a few rows wide. Elsewhere burn's
         // convolutions, the form the recogniser was measured in on wgpu.
         let conv = |layer: &Conv2d, x: Tensor<4>| {

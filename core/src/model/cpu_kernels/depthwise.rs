@@ -22,7 +22,8 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{contiguous, lanes, register, tensor};
+use super::plane::Plane;
+use super::{contiguous, register, tensor};
 
 /// `x` (`[n, c, h, w]`) convolved with one `k x k` filter per channel (`weight`:
 /// `[c, 1, k, k]`), the same stride and padding on both axes, no bias.
@@ -36,190 +37,71 @@ pub trait HostDepthwise: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// One channel's geometry: its input plane (`large`), output plane (`small`), the filter.
-///
-/// A plane is worked on as flat rows: the input, padded, is split into `stride x stride`
-/// phase planes (rows and columns by their remainder modulo the stride) of `width` columns,
-/// so that every tap reads one phase plane at one offset, and the output is laid out
-/// `width` wide too. Each tap is then one multiply-add over the whole plane (the columns
-/// past the output's are discarded, or zero in a gradient), instead of one short loop per
-/// row and a bounds check per tap: the planes here are 4 x 4 to 32 x 32.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Plane {
-    large: [usize; 2],
-    small: [usize; 2],
-    kernel: usize,
-    stride: usize,
-    padding: usize,
-}
-
-impl Plane {
-    fn of(x: &FlexTensor, weight: &FlexTensor, stride: usize, padding: usize) -> Self {
-        let (shape, kernel) = (x.shape(), weight.shape()[2]);
-        let large = [shape[2], shape[3]];
-        let side = |l: usize| (l + 2 * padding).saturating_sub(kernel) / stride + 1;
-        Self {
-            large,
-            small: large.map(side),
-            kernel,
-            stride,
-            padding,
-        }
-    }
-
-    /// Columns of a phase plane and of the output's flat rows.
-    fn width(&self) -> usize {
-        (self.large[1] + 2 * self.padding).div_ceil(self.stride)
-    }
-
-    /// Rows of a phase plane: every tap's offset plus the output's flat rows fit.
-    fn phase_rows(&self) -> usize {
-        (self.large[0] + 2 * self.padding).div_ceil(self.stride) + 1
-    }
-
-    fn phase_len(&self) -> usize {
-        self.phase_rows() * self.width()
-    }
-
-    /// The output's flat length: its rows, `width` wide.
-    fn flat_len(&self) -> usize {
-        self.small[0] * self.width()
-    }
-
-    /// Where tap `tap` reads: the start of its run in the phase planes, which is where the
-    /// padded input's position `(ky, kx)` lies.
-    fn tap_start(&self, tap: usize) -> usize {
-        self.at(tap / self.kernel, tap % self.kernel)
-    }
-
-    /// Where the padded input's row `r` and column `c` lie in the phase planes.
-    fn at(&self, r: usize, c: usize) -> usize {
-        let s = self.stride;
-        ((r % s) * s + c % s) * self.phase_len() + (r / s) * self.width() + c / s
-    }
-
-    /// Writes the padded input `x` into `phases` (zero elsewhere).
-    fn split(&self, x: &[f32], phases: &mut Vec<f32>) {
-        let (s, p, w) = (self.stride, self.padding, self.large[1]);
-        phases.clear();
-        phases.resize(s * s * self.phase_len(), 0.0);
-        for (row, input) in x.chunks(w.max(1)).enumerate() {
-            if s == 1 {
-                let first = self.at(row + p, p);
-                phases[first..first + w].copy_from_slice(input);
-            } else {
-                for (c, &v) in input.iter().enumerate() {
-                    phases[self.at(row + p, c + p)] = v;
-                }
-            }
-        }
-    }
-
-    /// The inverse of [`Plane::split`] for a gradient: each input position's value from
-    /// `phases`.
-    fn join(&self, phases: &[f32], x: &mut [f32]) {
-        let (s, p, w) = (self.stride, self.padding, self.large[1]);
-        for (row, out) in x.chunks_mut(w.max(1)).enumerate() {
-            if s == 1 {
-                let first = self.at(row + p, p);
-                out.copy_from_slice(&phases[first..first + w]);
-            } else {
-                for (c, v) in out.iter_mut().enumerate() {
-                    *v = phases[self.at(row + p, c + p)];
-                }
-            }
-        }
-    }
-
-    /// `dy` laid out in flat rows `width` wide, zero past the output's columns.
-    fn widen(&self, dy: &[f32], flat: &mut Vec<f32>) {
-        let (width, columns) = (self.width(), self.small[1]);
-        flat.clear();
-        flat.resize(self.flat_len(), 0.0);
-        for (row, dy) in flat.chunks_mut(width).zip(dy.chunks(columns.max(1))) {
-            row[..columns].copy_from_slice(dy);
-        }
-    }
-
-    fn forward(&self, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut Scratch) {
-        self.split(x, &mut scratch.phases);
-        let flat_len = self.flat_len();
-        scratch.flat.clear();
-        scratch.flat.resize(flat_len, 0.0);
-        for (tap, &weight) in w.iter().enumerate() {
-            let start = self.tap_start(tap);
-            let input = &scratch.phases[start..start + flat_len];
-            for (out, &x) in scratch.flat.iter_mut().zip(input) {
-                *out += weight * x;
-            }
-        }
-        let columns = self.small[1];
-        for (y, row) in y
-            .chunks_mut(columns.max(1))
-            .zip(scratch.flat.chunks(self.width()))
-        {
-            y.copy_from_slice(&row[..columns]);
-        }
-    }
-
-    /// The input gradient: each tap's products added back where its inputs were read.
-    fn input_gradient(&self, dy: &[f32], w: &[f32], dx: &mut [f32], scratch: &mut Scratch) {
-        self.widen(dy, &mut scratch.flat);
-        let phases = &mut scratch.phases;
-        phases.clear();
-        phases.resize(self.stride * self.stride * self.phase_len(), 0.0);
-        let flat_len = self.flat_len();
-        for (tap, &weight) in w.iter().enumerate() {
-            let start = self.tap_start(tap);
-            for (g, &dy) in phases[start..start + flat_len]
-                .iter_mut()
-                .zip(&scratch.flat)
-            {
-                *g += weight * dy;
-            }
-        }
-        self.join(phases, dx);
-    }
-
-    /// Adds each tap's gradient over one plane to `dw` (`k * k`).
-    fn add_weight_gradient(&self, x: &[f32], dy: &[f32], dw: &mut [f32], scratch: &mut Scratch) {
-        self.split(x, &mut scratch.phases);
-        self.widen(dy, &mut scratch.flat);
-        let flat_len = self.flat_len();
-        for (tap, dw) in dw.iter_mut().enumerate() {
-            let start = self.tap_start(tap);
-            let [dot] = lanes::sums(
-                &scratch.flat,
-                &scratch.phases[start..start + flat_len],
-                |d, x| [d * x],
-            );
-            *dw += dot;
-        }
-    }
-}
-
-/// A task's working planes: the phase planes and the flat output rows.
+/// A task's working planes: one input's phase planes and the flat output rows.
 #[derive(Default)]
 struct Scratch {
     phases: Vec<f32>,
     flat: Vec<f32>,
 }
 
+impl Scratch {
+    /// Both, sized for `plane` (their contents are overwritten by each use).
+    fn sized(&mut self, plane: Plane) -> (&mut [f32], &mut [f32]) {
+        self.phases.resize(plane.phases_len(), 0.0);
+        self.flat.resize(plane.flat_len(), 0.0);
+        (&mut self.phases, &mut self.flat)
+    }
+}
+
+/// The plane of `x` (`[n, c, h, w]`) under `weight`'s filters.
+fn plane_of(x: &FlexTensor, weight: &FlexTensor, stride: usize, padding: usize) -> Plane {
+    let shape = x.shape();
+    Plane::new([shape[2], shape[3]], weight.shape()[2], stride, padding)
+}
+
+fn forward(plane: Plane, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut Scratch) {
+    let (phases, flat) = scratch.sized(plane);
+    plane.split(x, phases);
+    flat.fill(0.0);
+    plane.add_taps(phases, w, flat);
+    plane.crop(flat, y);
+}
+
+/// The input gradient: each tap's products added back where its inputs were read.
+fn input_gradient(plane: Plane, dy: &[f32], w: &[f32], dx: &mut [f32], scratch: &mut Scratch) {
+    let (phases, flat) = scratch.sized(plane);
+    plane.widen(dy, flat);
+    phases.fill(0.0);
+    plane.scatter_taps(flat, w, phases);
+    plane.join(phases, dx);
+}
+
+/// Adds each tap's gradient over one plane to `dw` (`k * k`).
+fn add_weight_gradient(plane: Plane, x: &[f32], dy: &[f32], dw: &mut [f32], scratch: &mut Scratch) {
+    let (phases, flat) = scratch.sized(plane);
+    plane.split(x, phases);
+    plane.widen(dy, flat);
+    plane.add_tap_dots(flat, phases, dw);
+}
+
 fn depthwise_forward(x: &FlexTensor, weight: &FlexTensor, plane: Plane) -> FlexTensor {
     let shape = x.shape();
     let channels = shape[1];
     let (x, w) = (contiguous(x), contiguous(weight));
-    let (large, small) = (
-        plane.large[0] * plane.large[1],
-        plane.small[0] * plane.small[1],
-    );
+    let (large, small) = (plane.large_len(), plane.small_len());
     let taps = plane.kernel * plane.kernel;
     let mut y = vec![0.0f32; shape[0] * channels * small];
     y.par_chunks_mut(small.max(1)).enumerate().for_each_init(
         Scratch::default,
         |scratch, (i, y)| {
             let c = i % channels;
-            plane.forward(&x[i * large..][..large], &w[c * taps..][..taps], y, scratch);
+            forward(
+                plane,
+                &x[i * large..][..large],
+                &w[c * taps..][..taps],
+                y,
+                scratch,
+            );
         },
     );
     tensor(
@@ -239,10 +121,7 @@ fn depthwise_backward(
     let (x_shape, w_shape) = (x.shape(), weight.shape());
     let (n, channels) = (x_shape[0], x_shape[1]);
     let (x, w, dy) = (contiguous(x), contiguous(weight), contiguous(dy));
-    let (large, small) = (
-        plane.large[0] * plane.large[1],
-        plane.small[0] * plane.small[1],
-    );
+    let (large, small) = (plane.large_len(), plane.small_len());
     let taps = plane.kernel * plane.kernel;
     let dx = input.then(|| {
         let mut dx = vec![0.0f32; n * channels * large];
@@ -251,7 +130,7 @@ fn depthwise_backward(
             |scratch, (i, dx)| {
                 let c = i % channels;
                 let (dy, w) = (&dy[i * small..][..small], &w[c * taps..][..taps]);
-                plane.input_gradient(dy, w, dx, scratch);
+                input_gradient(plane, dy, w, dx, scratch);
             },
         );
         tensor(dx, x_shape)
@@ -265,7 +144,7 @@ fn depthwise_backward(
                 for sample in 0..n {
                     let i = sample * channels + c;
                     let (x, dy) = (&x[i * large..][..large], &dy[i * small..][..small]);
-                    plane.add_weight_gradient(x, dy, dw, scratch);
+                    add_weight_gradient(plane, x, dy, dw, scratch);
                 }
             });
         tensor(dw, w_shape)
@@ -280,7 +159,7 @@ impl HostDepthwise for Flex {
         stride: usize,
         padding: usize,
     ) -> FlexTensor {
-        let plane = Plane::of(&x, &weight, stride, padding);
+        let plane = plane_of(&x, &weight, stride, padding);
         depthwise_forward(&x, &weight, plane)
     }
 }
@@ -326,7 +205,7 @@ impl<C: CheckpointStrategy> HostDepthwise for Autodiff<Flex, C> {
         stride: usize,
         padding: usize,
     ) -> FloatTensor<Self> {
-        let plane = Plane::of(x.primitive(), weight.primitive(), stride, padding);
+        let plane = plane_of(x.primitive(), weight.primitive(), stride, padding);
         let y = depthwise_forward(x.primitive(), weight.primitive(), plane);
         match DepthwiseBackward
             .prepare::<C>([x.node(), weight.node()])

@@ -27,7 +27,9 @@ mod lanes;
 pub mod layer_norm;
 pub mod linear;
 mod matrix;
+mod plane;
 pub mod relu6;
+pub mod thin;
 pub mod unfold;
 mod unwritten;
 
@@ -41,6 +43,7 @@ use burn::tensor::{DType, Shape, Tensor, TensorData};
 
 pub use super::output_only::Activation;
 use super::output_only::{Layer, LayerGradients, LayerKernels, WantedGradients, tracked};
+use plane::Plane;
 use rayon::prelude::*;
 use unfold::{Wanted, Window};
 
@@ -235,17 +238,18 @@ impl LayerKernels for Flex {
                 };
                 let bias = contiguous(&bias);
                 let plane = window.small[0] * window.small[1];
-                let y = unfold::conv_forward(
-                    window,
-                    &contiguous(&x),
-                    &contiguous(&weight),
-                    out,
-                    |sample| {
-                        for (plane, &b) in sample.chunks_mut(plane.max(1)).zip(bias.iter()) {
-                            add_and_activate(plane, b, activation);
-                        }
-                    },
-                );
+                let finish = |sample: &mut [f32]| {
+                    for (plane, &b) in sample.chunks_mut(plane.max(1)).zip(bias.iter()) {
+                        add_and_activate(plane, b, activation);
+                    }
+                };
+                let (x, weight) = (contiguous(&x), contiguous(&weight));
+                let y = if thin::applies(cin, out) {
+                    let plane = Plane::new(window.large, kernel, stride, padding);
+                    thin::conv_forward(plane, &x, &weight, [cin, out], finish)
+                } else {
+                    unfold::conv_forward(window, &x, &weight, out, finish)
+                };
                 tensor(y, Shape::new([n, out, window.small[0], window.small[1]]))
             }
             Layer::Transpose(options) => {
@@ -343,6 +347,14 @@ impl LayerKernels for Flex {
             padding,
         };
         let (dx, dw) = match layer {
+            Layer::Conv(_) if thin::applies(cin, w0) => thin::conv_backward(
+                Plane::new(large, kernel, stride, padding),
+                &x_values,
+                &w_values,
+                &dy,
+                [cin, w0],
+                [wanted.input, wanted.weight],
+            ),
             Layer::Conv(_) => {
                 unfold::conv_backward(window, &x_values, &w_values, &dy, w0, unfold_wanted)
             }

@@ -31,7 +31,7 @@ pub enum StepForms {
     /// burn's layers: a convolution keeps its input and the ReLU after it its own input,
     /// so each hidden activation is held twice; the quantizer builds its distance matrix.
     Plain,
-    /// flex's kernels: the six hidden layers but the first keep their output once.
+    /// flex's kernels: the six hidden layers keep their output once.
     FlexKernels,
     /// cubecl's output-only layers (all six hidden layers once); `nearest_code_kernel`
     /// where wgpu's quantizer kernel replaces the distance matrix.
@@ -55,12 +55,11 @@ impl StepForms {
         }
     }
 
-    /// How many copies of hidden layer `i` (0-5: enc1, enc2, enc3, dec1, dec2, dec3) autodiff
-    /// keeps: its output, and its pre-activation where the ReLU is burn's.
-    fn copies(self, layer: usize) -> u64 {
+    /// How many copies of each hidden layer's activation autodiff keeps: its output, and
+    /// its pre-activation where the ReLU is burn's.
+    fn copies(self) -> u64 {
         match self {
             Self::Plain => 2,
-            Self::FlexKernels if layer == 0 => 2,
             Self::FlexKernels | Self::CubeLayers { .. } => 1,
         }
     }
@@ -89,7 +88,7 @@ pub fn activation_floats_per_patch(model: &VqAutoencoderConfig, forms: StepForms
         map(64, 32),
         map(32, 64),
     ];
-    let hidden: u64 = (0..6).map(|i| forms.copies(i) * hidden[i]).sum();
+    let hidden: u64 = forms.copies() * hidden.iter().sum::<u64>();
     let latent = map(c, 8);
     let quantizer = 2 * map(c, 8);
     let reconstruction = map(1, 64);
