@@ -1,5 +1,6 @@
-//! The model's convolutions on flex with their gradients computed by [`unfold`]'s kernels,
-//! wired in through burn's backend-extension mechanism.
+//! The model's convolutions on flex with their gradients computed by [`unfold`]'s kernels
+//! (or, for one input or one output channel, [`thin`]'s filters over planes), wired in
+//! through burn's backend-extension mechanism.
 //!
 //! Forward is ours too, one sample per rayon task: a convolution unfolds the sample and
 //! multiplies it by the weight ([`unfold::conv_forward`]; flex's own was a direct loop, 7%
@@ -213,8 +214,9 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
 }
 
 impl LayerKernels for Flex {
-    /// Each sample unfolded and multiplied (a convolution) or multiplied and folded (a
-    /// transpose convolution), its bias added and activated in the same task.
+    /// Each sample unfolded and multiplied (a convolution; filtered plane by plane where it
+    /// has one input or one output channel) or multiplied and folded (a transpose
+    /// convolution), its bias added and activated in the same task.
     fn layer_forward(
         layer: &Layer,
         x: FlexTensor,
@@ -237,16 +239,16 @@ impl LayerKernels for Flex {
                     padding,
                 };
                 let bias = contiguous(&bias);
-                let plane = window.small[0] * window.small[1];
+                let plane_len = window.small[0] * window.small[1];
                 let finish = |sample: &mut [f32]| {
-                    for (plane, &b) in sample.chunks_mut(plane.max(1)).zip(bias.iter()) {
+                    for (plane, &b) in sample.chunks_mut(plane_len.max(1)).zip(bias.iter()) {
                         add_and_activate(plane, b, activation);
                     }
                 };
                 let (x, weight) = (contiguous(&x), contiguous(&weight));
                 let y = if thin::applies(cin, out) {
-                    let plane = Plane::new(window.large, kernel, stride, padding);
-                    thin::conv_forward(plane, &x, &weight, [cin, out], finish)
+                    let geometry = Plane::new(window.large, kernel, stride, padding);
+                    thin::conv_forward(geometry, &x, &weight, [cin, out], finish)
                 } else {
                     unfold::conv_forward(window, &x, &weight, out, finish)
                 };

@@ -147,6 +147,7 @@ pub(super) fn conv_backward(
 
 #[cfg(test)]
 mod tests {
+    use super::super::assert_close as close;
     use super::*;
 
     /// The convolution by its definition: every output position's sum over channels and
@@ -181,16 +182,6 @@ mod tests {
             }
         }
         y
-    }
-
-    fn close(ours: &[f32], theirs: &[f32], what: &str) {
-        assert_eq!(ours.len(), theirs.len(), "{what}: length");
-        for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{what}[{i}]: {a} against {b}"
-            );
-        }
     }
 
     fn values(len: usize, seed: usize) -> Vec<f32> {
