@@ -22,7 +22,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
-use super::plane::Plane;
+use super::plane::{Plane, Scratch};
 use super::{contiguous, register, tensor};
 
 /// `x` (`[n, c, h, w]`) convolved with one `k x k` filter per channel (`weight`:
@@ -37,22 +37,6 @@ pub trait HostDepthwise: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// A task's working planes: one input's phase planes and the flat output rows.
-#[derive(Default)]
-struct Scratch {
-    phases: Vec<f32>,
-    flat: Vec<f32>,
-}
-
-impl Scratch {
-    /// Both, sized for `plane` (their contents are overwritten by each use).
-    fn sized(&mut self, plane: Plane) -> (&mut [f32], &mut [f32]) {
-        self.phases.resize(plane.phases_len(), 0.0);
-        self.flat.resize(plane.flat_len(), 0.0);
-        (&mut self.phases, &mut self.flat)
-    }
-}
-
 /// The plane of `x` (`[n, c, h, w]`) under `weight`'s filters.
 fn plane_of(x: &FlexTensor, weight: &FlexTensor, stride: usize, padding: usize) -> Plane {
     let shape = x.shape();
@@ -60,7 +44,7 @@ fn plane_of(x: &FlexTensor, weight: &FlexTensor, stride: usize, padding: usize) 
 }
 
 fn forward(plane: Plane, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut Scratch) {
-    let (phases, flat) = scratch.sized(plane);
+    let (phases, flat) = scratch.sized(plane, [1, 1]);
     plane.split(x, phases);
     flat.fill(0.0);
     plane.add_taps(phases, w, flat);
@@ -69,7 +53,7 @@ fn forward(plane: Plane, x: &[f32], w: &[f32], y: &mut [f32], scratch: &mut Scra
 
 /// The input gradient: each tap's products added back where its inputs were read.
 fn input_gradient(plane: Plane, dy: &[f32], w: &[f32], dx: &mut [f32], scratch: &mut Scratch) {
-    let (phases, flat) = scratch.sized(plane);
+    let (phases, flat) = scratch.sized(plane, [1, 1]);
     plane.widen(dy, flat);
     phases.fill(0.0);
     plane.scatter_taps(flat, w, phases);
@@ -78,7 +62,7 @@ fn input_gradient(plane: Plane, dy: &[f32], w: &[f32], dx: &mut [f32], scratch: 
 
 /// Adds each tap's gradient over one plane to `dw` (`k * k`).
 fn add_weight_gradient(plane: Plane, x: &[f32], dy: &[f32], dw: &mut [f32], scratch: &mut Scratch) {
-    let (phases, flat) = scratch.sized(plane);
+    let (phases, flat) = scratch.sized(plane, [1, 1]);
     plane.split(x, phases);
     plane.widen(dy, flat);
     plane.add_tap_dots(flat, phases, dw);

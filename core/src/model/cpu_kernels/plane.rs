@@ -14,6 +14,27 @@ use super::lanes;
 /// Output values [`Plane::filter_sum`] keeps in registers at a time: four SSE vectors.
 const FILTER_BLOCK: usize = 16;
 
+/// A task's working planes: its inputs' phase planes and its outputs' flat rows.
+#[derive(Default)]
+pub(super) struct Scratch {
+    phases: Vec<f32>,
+    flat: Vec<f32>,
+}
+
+impl Scratch {
+    /// Phase planes for `inputs` input planes and flat rows for `outputs` output planes,
+    /// sized for `plane` (their contents are overwritten by each use).
+    pub fn sized(
+        &mut self,
+        plane: Plane,
+        [inputs, outputs]: [usize; 2],
+    ) -> (&mut [f32], &mut [f32]) {
+        self.phases.resize(inputs * plane.phases_len(), 0.0);
+        self.flat.resize(outputs * plane.flat_len(), 0.0);
+        (&mut self.phases, &mut self.flat)
+    }
+}
+
 /// One channel's geometry: its input plane (`large`), output plane (`small`), the filter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Plane {
@@ -101,6 +122,15 @@ impl Plane {
         }
     }
 
+    /// [`Plane::split`] for input planes one after another in `x`, into phase planes one
+    /// after another in `phases`.
+    pub fn split_each(&self, x: &[f32], phases: &mut [f32]) {
+        let chunks = x.chunks(self.large_len().max(1));
+        for (x, phases) in chunks.zip(phases.chunks_mut(self.phases_len())) {
+            self.split(x, phases);
+        }
+    }
+
     /// The inverse of [`Plane::split`] for a gradient: each input position's value from
     /// `phases`.
     pub fn join(&self, phases: &[f32], x: &mut [f32]) {
@@ -136,7 +166,10 @@ impl Plane {
     }
 
     /// `flat += sum over taps of w[tap] * the tap's run of phases`: the filter `w` applied
-    /// to one split input, added to flat output rows.
+    /// to one split input, added to flat output rows, a pass over the whole output per tap
+    /// (for the depthwise convolution: through [`Plane::filter_sum`]'s blocks the
+    /// id-classifier's bench took 1.05x the wall time, medians of 8 and 12 alternated pairs,
+    /// `farm-bench --vs`, session 39).
     pub fn add_taps(&self, phases: &[f32], w: &[f32], flat: &mut [f32]) {
         let flat_len = self.flat_len();
         for (tap, &weight) in w.iter().enumerate() {

@@ -14,29 +14,13 @@
 
 use rayon::prelude::*;
 
-use super::plane::Plane;
+use super::plane::{Plane, Scratch};
 use super::sum_partials;
 use super::unwritten::Unwritten;
 
 /// Whether a layer of these channels takes this path.
 pub fn applies(cin: usize, cout: usize) -> bool {
     cin == 1 || cout == 1
-}
-
-/// A task's working planes: every input channel's phase planes, every output channel's
-/// flat rows.
-#[derive(Default)]
-struct Scratch {
-    phases: Vec<f32>,
-    flat: Vec<f32>,
-}
-
-impl Scratch {
-    fn sized(&mut self, plane: Plane, [cin, cout]: [usize; 2]) -> (&mut [f32], &mut [f32]) {
-        self.phases.resize(cin * plane.phases_len(), 0.0);
-        self.flat.resize(cout * plane.flat_len(), 0.0);
-        (&mut self.phases, &mut self.flat)
-    }
 }
 
 /// `y = conv(x, w)` (no bias): `x` is `[n, cin, plane.large]`, `w` is `[cout, cin, k, k]`;
@@ -51,21 +35,17 @@ pub(super) fn conv_forward(
 ) -> Vec<f32> {
     let (taps, large, small) = (plane.taps(), plane.large_len(), plane.small_len());
     let n = x.len() / (cin * large).max(1);
-    let (phases_len, flat_len) = (plane.phases_len(), plane.flat_len());
     let starts = plane.tap_starts();
     let mut y = Unwritten::new(n * cout * small);
     y.par_chunks_mut(cout * small).enumerate().for_each_init(
         Scratch::default,
         |scratch, (i, y)| {
             let (phases, flat) = scratch.sized(plane, [cin, 1]);
-            let x = &x[i * cin * large..][..cin * large];
-            for (x, phases) in x.chunks(large).zip(phases.chunks_mut(phases_len)) {
-                plane.split(x, phases);
-            }
+            plane.split_each(&x[i * cin * large..][..cin * large], phases);
             for (o, y) in y.chunks_mut(small).enumerate() {
                 let w = &w[o * cin * taps..][..cin * taps];
                 plane.filter_sum(&starts, phases, w, flat);
-                plane.crop(&flat[..flat_len], y);
+                plane.crop(flat, y);
             }
             finish(y);
         },
@@ -97,10 +77,7 @@ pub(super) fn conv_backward(
             plane.widen(dy, flat);
         }
         if let Some(dw) = dw {
-            let x = &x[i * cin * large..][..cin * large];
-            for (x, phases) in x.chunks(large).zip(phases.chunks_mut(phases_len)) {
-                plane.split(x, phases);
-            }
+            plane.split_each(&x[i * cin * large..][..cin * large], phases);
             for (o, flat) in flat.chunks(flat_len).enumerate() {
                 for (c, phases) in phases.chunks(phases_len).enumerate() {
                     let dw = &mut dw[(o * cin + c) * taps..][..taps];

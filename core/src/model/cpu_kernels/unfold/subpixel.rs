@@ -8,8 +8,8 @@
 //! with an inner dimension of only the input's channels and writes `k * k` values per input
 //! position, folded back after: the default model's last transpose convolution (64 -> 32,
 //! 32 x 32 -> 64 x 64) wrote 2 MiB a sample, and its forward took 17% of a training step's
-//! op times (`trainer-cli bench --profile` at 16 x 1: 22.9 ms; 13.0 here). Here the inner dimension is `in * (k/s)^2` (256 there) and a sample's product is
-//! 0.5 MiB.
+//! op times (`trainer-cli bench --profile` at 16 x 1: 22.9 ms; 13.0 here). Here the inner
+//! dimension is `in * (k/s)^2` (256 there) and a sample's product is 0.5 MiB.
 
 use super::super::matrix::{Mat, gemm};
 use super::super::unwritten::Unwritten;
