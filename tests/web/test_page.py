@@ -20,13 +20,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "app", "web"))
 from devtools import Browser, BrowserError, console_lines, console_lines_for  # noqa: E402
+from isolated_http import IsolatedHandler  # noqa: E402
 
 ENDED = "headroom: run ended"
 FAILED = "headroom error:"
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
+class QuietHandler(IsolatedHandler):
     def log_message(self, *args):
         pass
 
@@ -149,6 +151,10 @@ def test_cpu_fallback_trains_plans_and_scores(base: str, screenshot: str | None)
         choice = of(events, "backend_choice")[0]
         assert choice["backend"] == "flex", choice
         assert "no WebGPU" in choice["reason"], choice
+        # The page's build has threads (app/web/build): rayon's pool as Web Workers, one per
+        # core the browser reports (Chromium: the machine's).
+        threads = browser.evaluate("navigator.hardwareConcurrency")
+        assert threads == 1 or f"on {threads} CPU threads" in choice["reason"], choice
         plan = of(events, "plan")[0]
         assert plan["predicted_peak_bytes"] <= plan["budget_bytes"] == 1 << 30, plan
         assert of(events, "dry_run"), "the plan was not checked with a real step"

@@ -13,3 +13,8 @@ pub mod ui;
 mod canvas;
 #[cfg(target_arch = "wasm32")]
 mod page;
+
+/// rayon's pool as Web Workers sharing the module's memory, in a build with threads
+/// (app/web/build): the worker starts it (`initThreadPool`) before the run.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+pub use wasm_bindgen_rayon::init_thread_pool;

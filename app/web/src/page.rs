@@ -62,6 +62,13 @@ fn in_keys_of(error: &dyn Described) -> JsError {
     JsError::new(&error.describe(&Keys))
 }
 
+/// The threads a run on the CPU takes: the address's `threads`, or `cores` (also for an
+/// address that `train` will reject, in its own words).
+#[wasm_bindgen]
+pub fn cpu_threads(query: &str, cores: usize) -> usize {
+    PageSettings::cpu_threads(query, cores)
+}
+
 /// Trains with the settings of the page's address `query`; `webgpu`: whether the browser
 /// offers WebGPU here; `files`: the folder the user picked or dropped, as `{path, bytes}`
 /// objects (`path` from the folder's name down, `bytes` a Uint8Array), empty for the
@@ -230,7 +237,7 @@ fn keyed_bytes(file: &JsValue, key: &str) -> Result<(String, Vec<u8>), JsError> 
 /// The backend the page trains on, and why, as `--backend auto` explains its choice; a
 /// WebGPU device is started here, as a browser requires, before anything uses it.
 async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String), JsError> {
-    let cpu = "WebAssembly on one CPU thread";
+    let cpu = cpu_words();
     match (asked, webgpu) {
         (WebBackend::Cpu, _) => Ok((BackendKind::Flex, format!("cpu asked for: {cpu}"))),
         (WebBackend::WebGpu, false) => Err(JsError::new(
@@ -242,14 +249,45 @@ async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String)
             format!("no WebGPU adapter in this browser: {cpu}"),
         )),
         (WebBackend::WebGpu | WebBackend::Auto, true) => {
-            let adapter = headroom_core::backend::start_webgpu().await?;
-            let why = if asked == WebBackend::WebGpu {
+            let (asked, adapter) = (asked == WebBackend::WebGpu, start_webgpu().await?);
+            let why = if asked {
                 "webgpu asked for"
             } else {
                 "the browser has WebGPU"
             };
             Ok((BackendKind::Wgpu, format!("{why}: {adapter}")))
         }
+    }
+}
+
+/// The module with threads trains on the CPU alone (the worker loads it only for that).
+#[cfg(not(target_feature = "atomics"))]
+async fn start_webgpu() -> Result<String, JsError> {
+    Ok(headroom_core::backend::start_webgpu().await?)
+}
+
+#[cfg(target_feature = "atomics")]
+async fn start_webgpu() -> Result<String, JsError> {
+    Err(JsError::new(
+        "the page's module with threads trains on the CPU only; the worker loads the other \
+         module for WebGPU (www/worker.js)",
+    ))
+}
+
+/// The CPU in the backend's words: how many threads the worker's pool has, and, on one
+/// thread in a page that is not cross-origin isolated, why.
+fn cpu_words() -> String {
+    let threads = rayon::current_num_threads();
+    if threads > 1 {
+        return format!("WebAssembly on {threads} CPU threads");
+    }
+    let isolated = js_sys::Reflect::get(&js_sys::global(), &"crossOriginIsolated".into())
+        .is_ok_and(|v| v.is_truthy());
+    if isolated {
+        "WebAssembly on one CPU thread".into()
+    } else {
+        "WebAssembly on one CPU thread (threads need a cross-origin isolated page: docs/WEB.md)"
+            .into()
     }
 }
 

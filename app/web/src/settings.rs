@@ -13,7 +13,7 @@ pub enum WebBackend {
     /// WebGPU when the browser has an adapter, the CPU otherwise.
     #[default]
     Auto,
-    /// WebAssembly on the CPU (burn's flex), single-threaded.
+    /// WebAssembly on the CPU (burn's flex), on as many threads as the page has (`threads`).
     Cpu,
     /// The browser's WebGPU.
     WebGpu,
@@ -62,6 +62,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "only this machine type of the picked folder",
     ),
     ("sample_rate", "the picked recordings' sample rate in Hz"),
+    (
+        "threads",
+        "CPU threads of a run on the CPU (default: every core the browser reports)",
+    ),
     (
         "resample",
         "1 resamples picked recordings at another rate instead of rejecting them",
@@ -113,6 +117,7 @@ pub struct PageSettings {
     pub machine_type: Option<String>,
     pub sample_rate: Option<u32>,
     pub resample: bool,
+    pub threads: Option<usize>,
 }
 
 fn number<T: std::str::FromStr>(
@@ -217,6 +222,7 @@ impl PageSettings {
                 "test_clips" => s.test_clips = Some(positive("test_clips", v)?),
                 "machine_type" => s.machine_type = Some(v.to_string()),
                 "sample_rate" => s.sample_rate = Some(positive("sample_rate", v)? as u32),
+                "threads" => s.threads = Some(positive("threads", v)?),
                 "resample" => s.resample = flag("resample", v)?,
                 other => {
                     return Err(SettingsError::Unknown {
@@ -229,6 +235,16 @@ impl PageSettings {
             return Err(SettingsError::SplitNeeded);
         }
         Ok(s)
+    }
+
+    /// The threads a run on the CPU takes: the address's `threads`, or `cores` (also for
+    /// an address that the run will reject, in its own words), at least one.
+    pub fn cpu_threads(query: &str, cores: usize) -> usize {
+        Self::parse(query)
+            .ok()
+            .and_then(|s| s.threads)
+            .unwrap_or(cores)
+            .max(1)
     }
 
     /// The run the address asks for, as core's spec, which core turns into the run's
@@ -438,6 +454,15 @@ mod tests {
             Err(SettingsError::Zero { key: "steps" })
         );
         assert!(PageSettings::parse("budget=lots").is_err());
+        assert_eq!(
+            PageSettings::parse("threads=0"),
+            Err(SettingsError::Zero { key: "threads" })
+        );
+        assert!(PageSettings::parse("threads=all").is_err());
+        assert_eq!(PageSettings::cpu_threads("threads=3&steps=4", 8), 3);
+        assert_eq!(PageSettings::cpu_threads("steps=4", 8), 8);
+        assert_eq!(PageSettings::cpu_threads("threads=0", 8), 8);
+        assert_eq!(PageSettings::cpu_threads("", 0), 1);
         assert!(PageSettings::parse("lr=-1").is_err());
         let model = config("model=resnet", None).unwrap_err();
         assert!(model.contains("resnet"), "{model}");

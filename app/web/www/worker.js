@@ -1,20 +1,57 @@
 // The engine runs here, off the page's thread: a CPU run blocks while it trains. The run
 // hands the thread back at every step boundary, which is when Pause and Stop get in.
-import init, { train, pause, stop, Callbacks } from "./pkg/headroom_web.js";
-
+//
+// The page has two modules (app/web/build): pkg/, with WebGPU and one CPU thread, and
+// pkg-threads/, the CPU alone on rayon's threads (one Web Worker each, sharing this one's
+// memory). A run on the CPU takes the second where it was built and the page is
+// cross-origin isolated, which shared memory needs; anything else takes the first.
+let engine = null;
 let ready = null;
 
-onmessage = async ({ data }) => {
-  if (data.pause !== undefined) { await ready; pause(data.pause); return; }
-  if (data.stop) { await ready; stop(); return; }
+// The CPU as the engine reads the address's `backend` (settings.rs): asked for, or `auto`
+// without a WebGPU adapter. Any other value goes to pkg/, which names what is wrong with it.
+function onCpu(query, webgpu) {
+  const asked = (new URLSearchParams(query).get("backend") ?? "auto").toLowerCase();
+  return asked === "cpu" || (asked === "auto" && !webgpu);
+}
+
+async function threaded() {
   try {
-    ready = init();
-    await ready;
-    const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
-    const page = new Callbacks((line) => postMessage({ line }),
+    return await import("./pkg-threads/headroom_web.js");
+  } catch (e) {
+    console.warn("headroom: the page has no module with threads (" + e + "); one CPU thread");
+    return null;
+  }
+}
+
+// Loads the run's module (and its threads); returns whether the browser offers WebGPU.
+async function start(query) {
+  const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
+  const withThreads = onCpu(query, webgpu) && self.crossOriginIsolated ? await threaded() : null;
+  engine = withThreads ?? await import("./pkg/headroom_web.js");
+  await engine.default();
+  if (withThreads) {
+    await engine.initThreadPool(engine.cpu_threads(query, navigator.hardwareConcurrency || 1));
+  }
+  return webgpu;
+}
+
+// Pause and Stop before the module is up wait for it; after a failed start there is no run.
+async function started() {
+  await ready?.catch(() => {});
+  return engine;
+}
+
+onmessage = async ({ data }) => {
+  if (data.pause !== undefined) { (await started())?.pause(data.pause); return; }
+  if (data.stop) { (await started())?.stop(); return; }
+  try {
+    ready = start(data.query);
+    const webgpu = await ready;
+    const page = new engine.Callbacks((line) => postMessage({ line }),
       (name, contents) => postMessage({ file: { name, contents } }),
       (text) => postMessage({ note: text }));
-    await train(data.query, webgpu, data.files || [], data.checkpoint || [], page);
+    await engine.train(data.query, webgpu, data.files || [], data.checkpoint || [], page);
     postMessage({ done: true });
   } catch (e) {
     postMessage({ error: e instanceof Error ? e.message : String(e) });

@@ -3,7 +3,16 @@
 //! Vulkan's memory-budget extension where the adapter is Vulkan. Meant to run in a child
 //! process (see [`super::isolate`]).
 
+// A web page's build without wgpu (app/web's module with threads) reports no GPU at all.
+#[cfg_attr(
+    all(target_arch = "wasm32", not(feature = "wgpu")),
+    allow(unused_imports)
+)]
 use super::{DeviceClass, DeviceReport, GpuReport, MemoryFigure, Precision};
+#[cfg_attr(
+    all(target_arch = "wasm32", not(feature = "wgpu")),
+    allow(unused_imports)
+)]
 use crate::backend::{BackendKind, DeviceTarget};
 
 /// How far the GPU probe may go beyond asking drivers.
