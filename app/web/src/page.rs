@@ -249,8 +249,8 @@ async fn choose(asked: WebBackend, webgpu: bool) -> Result<(BackendKind, String)
             format!("no WebGPU adapter in this browser: {cpu}"),
         )),
         (WebBackend::WebGpu | WebBackend::Auto, true) => {
-            let (asked, adapter) = (asked == WebBackend::WebGpu, start_webgpu().await?);
-            let why = if asked {
+            let adapter = start_webgpu().await?;
+            let why = if asked == WebBackend::WebGpu {
                 "webgpu asked for"
             } else {
                 "the browser has WebGPU"
