@@ -15,25 +15,26 @@ function onCpu(query, webgpu) {
   return asked === "cpu" || (asked === "auto" && !webgpu);
 }
 
-async function threaded() {
-  try {
-    return await import("./pkg-threads/headroom_web.js");
-  } catch (e) {
-    // Not "headroom: ...": the page's tests and benchmarks read those lines as the run's end.
-    console.warn("no module with threads in this page (" + e + "): the CPU on one thread");
-    return null;
-  }
-}
-
-// Loads the run's module (and its threads); returns whether the browser offers WebGPU.
+// Loads the run's module (and its threads); returns whether the browser offers WebGPU. A
+// module with threads that does not start (none built, or a browser that cannot run it)
+// leaves the run to pkg/ on one thread, with a warning.
 async function start(query) {
   const webgpu = "gpu" in navigator && (await navigator.gpu.requestAdapter()) !== null;
-  const withThreads = onCpu(query, webgpu) && self.crossOriginIsolated ? await threaded() : null;
-  engine = withThreads ?? await import("./pkg/headroom_web.js");
-  await engine.default();
-  if (withThreads) {
-    await engine.initThreadPool(engine.cpu_threads(query, navigator.hardwareConcurrency || 1));
+  if (onCpu(query, webgpu) && self.crossOriginIsolated) {
+    try {
+      const threaded = await import("./pkg-threads/headroom_web.js");
+      await threaded.default();
+      await threaded.initThreadPool(
+        threaded.cpu_threads(query, navigator.hardwareConcurrency || 1));
+      engine = threaded;
+      return webgpu;
+    } catch (e) {
+      // Not "headroom: ...": the page's tests and benchmarks read those lines as a run's end.
+      console.warn("no threads in this page (" + e + "): the CPU on one thread");
+    }
   }
+  engine = await import("./pkg/headroom_web.js");
+  await engine.default();
   return webgpu;
 }
 
