@@ -63,12 +63,12 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("sample_rate", "the picked recordings' sample rate in Hz"),
     (
-        "threads",
-        "CPU threads of a run on the CPU (default: every core the browser reports)",
-    ),
-    (
         "resample",
         "1 resamples picked recordings at another rate instead of rejecting them",
+    ),
+    (
+        "threads",
+        "CPU threads of a run on the CPU (default: every core the browser reports)",
     ),
 ];
 
@@ -222,8 +222,8 @@ impl PageSettings {
                 "test_clips" => s.test_clips = Some(positive("test_clips", v)?),
                 "machine_type" => s.machine_type = Some(v.to_string()),
                 "sample_rate" => s.sample_rate = Some(positive("sample_rate", v)? as u32),
-                "threads" => s.threads = Some(positive("threads", v)?),
                 "resample" => s.resample = flag("resample", v)?,
+                "threads" => s.threads = Some(positive("threads", v)?),
                 other => {
                     return Err(SettingsError::Unknown {
                         key: other.to_string(),
