@@ -4,12 +4,20 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use eframe::egui;
 use eframe::web_sys::HtmlCanvasElement;
 use wasm_bindgen::prelude::*;
 
 use crate::ui::{Action, PageUi, Painted, painted_texts};
+
+/// How soon a run's event is shown. Its own frame for each event cost a third of a core
+/// where the browser draws in software (SwiftShader, a machine without a GPU: two frames per
+/// event, by egui's rule for an immediate repaint) and took it from a run on the CPU's
+/// threads (docs/BENCHMARKS.md, the web page); within half a second, a frame shows every
+/// event since the last.
+const EVENTS_SHOWN_WITHIN: Duration = Duration::from_millis(500);
 
 /// What the script and the window share: the page, and what the last frame painted.
 struct Shared {
@@ -68,7 +76,7 @@ impl PageWindow {
 
     /// One of the worker's JSON lines; an error names a line that is not an event.
     pub fn event(&self, line: &str) -> Result<(), JsError> {
-        self.change(|page| page.event_line(line))
+        self.change_within(EVENTS_SHOWN_WITHIN, |page| page.event_line(line))
             .map_err(|e| JsError::new(&e))
     }
 
@@ -136,10 +144,16 @@ impl PageWindow {
     }
 
     fn change<R>(&self, change: impl FnOnce(&mut PageUi) -> R) -> R {
+        self.change_within(Duration::ZERO, change)
+    }
+
+    /// A change shown in a frame at most `delay` later: the changes within it share the
+    /// frame. A delay of zero paints at once (and, egui's rule, once more after).
+    fn change_within<R>(&self, delay: Duration, change: impl FnOnce(&mut PageUi) -> R) -> R {
         let mut shared = self.shared.borrow_mut();
         let result = change(&mut shared.page);
         if let Some(ctx) = &shared.ctx {
-            ctx.request_repaint();
+            ctx.request_repaint_after(delay);
         }
         result
     }

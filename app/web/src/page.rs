@@ -50,6 +50,25 @@ pub fn stop() {
 fn start() {
     // A panic aborts the instance: say why in the console before it does.
     console_error_panic_hook::set_once();
+    #[cfg(not(target_feature = "atomics"))]
+    run_static_constructors();
+}
+
+/// Runs the module's static constructors (cubecl's thousands of `inventory` registrations)
+/// once. When no export runs them, the linker takes the module for a command and runs them
+/// at the start of every call into it from JavaScript: each of the window's animation frames
+/// and each of the engine's awaits then ran all of them, which kept the page's own thread
+/// busy (half a core idle, a whole core during a run) and took that core from the run's
+/// threads (docs/BENCHMARKS.md, the web page). The module with threads has no cubecl, no
+/// constructors, and is left as it is.
+#[cfg(not(target_feature = "atomics"))]
+fn run_static_constructors() {
+    unsafe extern "C" {
+        fn __wasm_call_ctors();
+    }
+    // SAFETY: the linker's own function; called once, from the module's start, before
+    // anything reads what the constructors register.
+    unsafe { __wasm_call_ctors() }
 }
 
 /// A run's error with the settings that fix it named as the address' keys.
