@@ -57,10 +57,9 @@ fn start() {
 /// Runs the module's static constructors (cubecl's thousands of `inventory` registrations)
 /// once. When no export runs them, the linker takes the module for a command and runs them
 /// at the start of every call into it from JavaScript: each of the window's animation frames
-/// and each of the engine's awaits then ran all of them, which kept the page's own thread
-/// busy (half a core idle, a whole core during a run) and took that core from the run's
-/// threads (docs/BENCHMARKS.md, the web page). The module with threads has no cubecl, no
-/// constructors, and is left as it is.
+/// and each of the engine's awaits then ran all of them, and the idle page's own thread was
+/// busy half the time (docs/BENCHMARKS.md, the web page). The module with threads has no
+/// cubecl, no constructors, and is left as it is.
 #[cfg(not(target_feature = "atomics"))]
 fn run_static_constructors() {
     unsafe extern "C" {
