@@ -262,15 +262,22 @@ fn seed_spellings_are_accepted() {
     assert_eq!(config[0]["effective_batch"], 4);
 }
 
-/// The wgpu path trains too. CI runs it on Mesa's software Vulkan driver (lavapipe), which
-/// `.ci/run` installs; it is slow, so two steps of one patch.
+/// The wgpu path trains too, planned on the adapter. CI runs it on Mesa's software Vulkan
+/// driver (lavapipe), which `.ci/run` installs; it is slow, so two steps of one patch of the
+/// small dcase-ae: the planner's calibration of the default model there (seven steps of up
+/// to 16 patches) took 3.5 of this test's 3.6 minutes (docs/BENCHMARKS.md, "CI"). The
+/// default model trains on wgpu in `core/tests/recovery.rs` and `wgpu_nearest_code.rs`.
 #[test]
 fn wgpu_trains_a_few_steps_and_reports_pool_memory() {
     let out = tempfile::tempdir().unwrap();
     // The first adapter as the probe numbers it (lavapipe on CI), addressed through burn.
-    let all = tiny_train(out.path(), &["--device", "wgpu:0", "--steps", "2"]);
+    let all = tiny_train(
+        out.path(),
+        &["--device", "wgpu:0", "--steps", "2", "--model", "dcase-ae"],
+    );
     let config = events(&all, "config");
     assert_eq!(config[0]["backend"], "wgpu");
+    assert_eq!(config[0]["model"], "dcase-ae");
     assert_eq!(config[0]["memory_source"], "device_pool");
     // The planner calibrated and dry-ran on the adapter itself.
     let dry_runs = events(&all, "dry_run");

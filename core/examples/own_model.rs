@@ -4,7 +4,7 @@
 //! every event printed as a JSON line, the test split scored at the end.
 //!
 //! Run: `cargo run --release -p headroom-core --example own_model [STEPS]`
-//! (docs/MODELS.md explains each piece; `core/tests/own_model.rs` runs it in the tests).
+//! (docs/MODELS.md explains each piece; `cargo test` runs it through the test at its end).
 
 use burn::module::Module;
 use burn::nn::PaddingConfig2d;
@@ -180,7 +180,6 @@ pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, EvaluationReport), 
     Ok((events, report))
 }
 
-#[allow(dead_code)]
 fn main() {
     let steps = std::env::args()
         .nth(1)
@@ -195,5 +194,48 @@ fn main() {
             eprintln!("error: {error}");
             std::process::exit(1);
         }
+    }
+}
+
+/// The example trains through the public API: the planner chose its split under the budget
+/// and the run stayed within it, its loss fell, and its test split was scored. Built by
+/// `cargo test` as the example's own test (`test = true` in core/Cargo.toml): one build of
+/// the example instead of one as an example and another inside a test binary.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn a_network_defined_outside_headroom_trains_within_its_plan() {
+        let (events, report) = train(12, false).expect("the example trains");
+        let plan = events
+            .iter()
+            .find_map(|e| match e {
+                Event::Plan(p) => Some(p.plan.clone()),
+                _ => None,
+            })
+            .expect("the run was planned");
+        assert_eq!(plan.effective_batch, 64);
+        assert!(plan.predicted_peak_bytes <= plan.budget_bytes);
+        let steps: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Step(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps.len(), 12);
+        for step in &steps {
+            assert!(
+                step.mem_peak_bytes <= plan.budget_bytes,
+                "step {} reached {} of {}",
+                step.step,
+                step.mem_peak_bytes,
+                plan.budget_bytes
+            );
+        }
+        let first: f64 = steps[..3].iter().map(|s| s.loss).sum();
+        let last: f64 = steps[steps.len() - 3..].iter().map(|s| s.loss).sum();
+        assert!(last < first, "the loss should fall: {first} -> {last}");
+        assert_eq!(report.per_machine.len(), 2);
     }
 }
