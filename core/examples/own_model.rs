@@ -204,25 +204,16 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headroom_core::events;
     #[test]
     fn a_network_defined_outside_headroom_trains_within_its_plan() {
         let (events, report) = train(12, false).expect("the example trains");
-        let plan = events
-            .iter()
-            .find_map(|e| match e {
-                Event::Plan(p) => Some(p.plan.clone()),
-                _ => None,
-            })
+        let plan = events::plan(&events)
+            .map(|p| p.plan.clone())
             .expect("the run was planned");
         assert_eq!(plan.effective_batch, 64);
         assert!(plan.predicted_peak_bytes <= plan.budget_bytes);
-        let steps: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Step(s) => Some(s.clone()),
-                _ => None,
-            })
-            .collect();
+        let steps = events::steps(&events);
         assert_eq!(steps.len(), 12);
         for step in &steps {
             assert!(

@@ -5,7 +5,7 @@
 //! with words.
 
 use headroom_core::classifier::{ClassifierConfig, ClassifierNetworks, GeneratedPatches};
-use headroom_core::events::Event;
+use headroom_core::events;
 use headroom_core::gan::{GanConfig, GanShape};
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::{ModelSpec, PatchShape, flat_parameters, largest_difference};
@@ -99,13 +99,7 @@ fn two_classifiers_train_side_by_side_and_resume_without_the_gans_checkpoint() {
         TaskTrainer::<ClassifierConfig>::new(whole_config.clone(), RunOptions::default()).unwrap();
     let mut events = Vec::new();
     whole.run(&mut events).unwrap();
-    let steps: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Step(s) => Some(s.clone()),
-            _ => None,
-        })
-        .collect();
+    let steps = events::steps(&events);
     assert_eq!(steps.len(), 6);
     for step in &steps {
         let cuts: Vec<(&str, usize, usize)> = step

@@ -3,7 +3,7 @@
 //! and a phase that runs out of memory is redone smaller alone.
 
 use headroom_core::budget::Budget;
-use headroom_core::events::{Event, StepReport};
+use headroom_core::events::{Event, steps};
 use headroom_core::gan::{GanConfig, GanNetworks, GanShape};
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::model::{ModelSpec, flat_parameters, largest_difference};
@@ -58,16 +58,6 @@ fn config(steps: u64) -> TrainConfig {
     });
     c.model = ModelSpec::of(&gan);
     c
-}
-
-fn steps(events: &[Event]) -> Vec<StepReport> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Step(s) => Some(s.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Every parameter of one network, in visiting order.

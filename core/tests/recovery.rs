@@ -51,12 +51,9 @@ fn config_on(backend: BackendKind) -> TrainConfig {
 }
 
 fn steps(events: &[Event]) -> Vec<(u64, usize, usize, u64)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Step(s) => Some((s.step, s.micro_batch, s.accumulation, s.mem_peak_bytes)),
-            _ => None,
-        })
+    headroom_core::events::steps(events)
+        .into_iter()
+        .map(|s| (s.step, s.micro_batch, s.accumulation, s.mem_peak_bytes))
         .collect()
 }
 

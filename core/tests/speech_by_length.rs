@@ -5,7 +5,7 @@
 
 use headroom_core::budget::Budget;
 use headroom_core::data::{LoaderOptions, OnBadFile};
-use headroom_core::events::{Event, StepReport};
+use headroom_core::events::{Event, steps};
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::plan::{Fixed, Planning};
 use headroom_core::speech::AsrConfig;
@@ -108,16 +108,6 @@ fn tight_budget() -> Tight {
         beside,
         one_longest,
     }
-}
-
-fn steps(events: &[Event]) -> Vec<StepReport> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Step(s) => Some(s.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

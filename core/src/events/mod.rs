@@ -294,6 +294,25 @@ impl<F: FnMut(Event)> EventSink for F {
     }
 }
 
+/// The step reports among `events`, in order: what a caller checks a run's steps by.
+pub fn steps(events: &[Event]) -> Vec<StepReport> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Step(step) => Some(step.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first plan report among `events`: the plan a run trained with.
+pub fn plan(events: &[Event]) -> Option<&PlanReport> {
+    events.iter().find_map(|event| match event {
+        Event::Plan(plan) => Some(plan),
+        _ => None,
+    })
+}
+
 impl EventSink for std::sync::mpsc::Sender<Event> {
     fn emit(&mut self, event: Event) {
         // A front-end that hung up no longer wants progress; training goes on regardless.

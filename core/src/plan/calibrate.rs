@@ -1,6 +1,7 @@
 //! Measures real training steps on the device to fit the memory and speed models: the
 //! planner predicts from what this device did, not from a table.
 
+use crate::readback::LocalFuture;
 use web_time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -74,28 +75,32 @@ impl Described for CalibrationError {
 
 /// Runs a warm-up step (AdamW creates its moments in the first) and a measured one, with
 /// `patches` random patches per micro-batch, on a model of its own that is dropped after.
-pub async fn measure_step<T: TrainingTask>(
+pub fn measure_step<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
+    task: &'a T,
     patches: usize,
     precision: Precision,
     checkpointing: bool,
-) -> Result<StepMeasurement, CalibrationError> {
-    measure_accumulating_step(target, task, patches, 1, precision, checkpointing).await
+) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
+    Box::pin(async move {
+        measure_accumulating_step(target, task, patches, 1, precision, checkpointing).await
+    })
 }
 
 /// As [`measure_step`], with `micro_batches` micro-batches of `patches` in the measured step
 /// (a plan's dry-run: from the second micro-batch on, the gradients summed so far are held).
-pub async fn measure_accumulating_step<T: TrainingTask>(
+pub fn measure_accumulating_step<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
+    task: &'a T,
     patches: usize,
     micro_batches: usize,
     precision: Precision,
     checkpointing: bool,
-) -> Result<StepMeasurement, CalibrationError> {
-    let cut = Cut::even(task, patches, micro_batches);
-    measure_cut_step(target, task, &cut, precision, checkpointing).await
+) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
+    Box::pin(async move {
+        let cut = Cut::even(task, patches, micro_batches);
+        measure_cut_step(target, task, &cut, precision, checkpointing).await
+    })
 }
 
 /// How a measured step cuts its examples: each phase's micro-batch (patches), over
@@ -144,141 +149,143 @@ impl Cut {
 
 /// A measured step cut as `cut` says ([`Cut`]), on a model of its own dropped after: a
 /// warm-up step, then the measured one, each phase's peak measured apart.
-pub async fn measure_cut_step<T: TrainingTask>(
+pub fn measure_cut_step<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    cut: &Cut,
+    task: &'a T,
+    cut: &'a Cut,
     precision: Precision,
     checkpointing: bool,
-) -> Result<StepMeasurement, CalibrationError> {
-    let device = target.training_device(checkpointing)?;
-    let mut meter = MemoryMeter::new(target.backend, &device);
-    if meter.source() == crate::memory::MemorySource::Unmeasured {
-        return Err(CalibrationError::Unmeasured(target.backend));
-    }
-    let phases = task.phases().len();
-    meter.cleanup();
-    let before = meter.sample().allocated_bytes;
-    let measurement = {
-        device.seed(7);
-        let mut net = task.networks(&device);
-        let mut optimizer = task.optimizer();
-        let settings = StepSettings {
-            step_examples: cut.step_examples,
-            lr: 1e-4,
-            clip_norm: Some(1.0),
-            warming_up: false,
-            precision,
-        };
-        let mut seconds = 0.0;
-        let (mut peak, mut pages, mut phase_peaks) = (0, None, Vec::new());
-        // The warm-up step makes AdamW's moments; on a GPU it also compiles and tunes the
-        // kernels for this size, so it runs at full size there. A CPU compiles nothing, and
-        // one patch a phase is enough.
-        let warm_up = if target.backend.is_host() {
-            Cut::even(task, 1, 1)
-        } else {
-            cut.clone()
-        };
-        let page = |meter: &MemoryMeter| meter.current_pages().map(|pool| pool.page_bytes);
-        let mut regrown = false;
-        let mut round = 0;
-        while round < 2 {
-            let page_before = page(&meter);
-            let this = if round == 0 { &warm_up } else { cut };
+) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
+    Box::pin(async move {
+        let device = target.training_device(checkpointing)?;
+        let mut meter = MemoryMeter::new(target.backend, &device);
+        if meter.source() == crate::memory::MemorySource::Unmeasured {
+            return Err(CalibrationError::Unmeasured(target.backend));
+        }
+        let phases = task.phases().len();
+        meter.cleanup();
+        let before = meter.sample().allocated_bytes;
+        let measurement = {
+            device.seed(7);
+            let mut net = task.networks(&device);
+            let mut optimizer = task.optimizer();
             let settings = StepSettings {
-                step_examples: this.step_examples,
-                ..settings
+                step_examples: cut.step_examples,
+                lr: 1e-4,
+                clip_norm: Some(1.0),
+                warming_up: false,
+                precision,
             };
-            meter.reset_peak();
-            let started = Instant::now();
-            // The run keeps the model it had until the step succeeds (so that a step out of
-            // memory can be redone smaller): its parameters are alive beside the new ones.
-            let kept = net.clone();
-            let (next, outcome) = if phases == 1 {
-                // Made one at a time inside the step, as the run reads its micro-batches.
-                let batches = this
-                    .sizes(0)
-                    .into_iter()
-                    .map(|size| task.measuring_batch(size, &device));
-                optimizer_step(task, net, &mut optimizer, batches, settings, &mut meter).await?
+            let mut seconds = 0.0;
+            let (mut peak, mut pages, mut phase_peaks) = (0, None, Vec::new());
+            // The warm-up step makes AdamW's moments; on a GPU it also compiles and tunes the
+            // kernels for this size, so it runs at full size there. A CPU compiles nothing, and
+            // one patch a phase is enough.
+            let warm_up = if target.backend.is_host() {
+                Cut::even(task, 1, 1)
             } else {
-                // A run's step holds its examples until its last phase: made up front here,
-                // each phase's own cut of random examples (memory does not depend on them).
-                let mut made: Vec<Vec<T::Batch>> = (0..phases)
-                    .map(|phase| {
-                        this.sizes(phase)
-                            .into_iter()
-                            .map(|size| task.measuring_batch(size, &device))
-                            .collect()
-                    })
-                    .collect();
-                phased_step(
-                    task,
-                    net,
-                    &mut optimizer,
-                    |phase| std::mem::take(&mut made[phase]),
-                    settings,
-                    &mut meter,
-                )
-                .await?
+                cut.clone()
             };
-            drop(kept);
-            net = next;
-            // The step's scalars were read, so its work is done; this covers lazy backends.
-            let _ = readback::settle(&device).await;
-            // A warm-up that grew a paged pool's pages (cubecl) left the model's parameters
-            // on the outgrown ones, held beside the new until a relocation empties them. A
-            // run's model is made in the pages its planning grew: so is this one, made
-            // again after the outgrown pages are returned, and warmed up again.
-            if round == 0 && !regrown && page(&meter) != page_before {
-                regrown = true;
-                drop(net);
-                meter.cleanup();
-                device.seed(7);
-                net = task.networks(&device);
-                optimizer = task.optimizer();
-                continue;
-            }
-            if round == 1 {
-                seconds = started.elapsed().as_secs_f64();
-                peak = meter.sample().peak_bytes;
-                pages = meter.current_pages().map(|pool| PagedStep {
-                    page_bytes: pool.page_bytes,
-                    pages: pool.pages,
-                    largest_allocation_bytes: pool.largest_allocation_bytes,
-                    in_use_bytes: meter.in_use_peak().saturating_sub(before),
-                });
-                if phases > 1 {
-                    phase_peaks = outcome
-                        .phases
-                        .iter()
-                        .enumerate()
-                        .map(|(phase, figures)| PhaseMeasurement {
-                            patches: cut.phase_patches[phase],
-                            micro_batches: cut.sizes(phase).len(),
-                            peak_bytes: figures.peak_bytes.saturating_sub(before),
-                            gradient_bytes: figures.gradient_bytes,
+            let page = |meter: &MemoryMeter| meter.current_pages().map(|pool| pool.page_bytes);
+            let mut regrown = false;
+            let mut round = 0;
+            while round < 2 {
+                let page_before = page(&meter);
+                let this = if round == 0 { &warm_up } else { cut };
+                let settings = StepSettings {
+                    step_examples: this.step_examples,
+                    ..settings
+                };
+                meter.reset_peak();
+                let started = Instant::now();
+                // The run keeps the model it had until the step succeeds (so that a step out of
+                // memory can be redone smaller): its parameters are alive beside the new ones.
+                let kept = net.clone();
+                let (next, outcome) = if phases == 1 {
+                    // Made one at a time inside the step, as the run reads its micro-batches.
+                    let batches = this
+                        .sizes(0)
+                        .into_iter()
+                        .map(|size| task.measuring_batch(size, &device));
+                    optimizer_step(task, net, &mut optimizer, batches, settings, &mut meter).await?
+                } else {
+                    // A run's step holds its examples until its last phase: made up front here,
+                    // each phase's own cut of random examples (memory does not depend on them).
+                    let mut made: Vec<Vec<T::Batch>> = (0..phases)
+                        .map(|phase| {
+                            this.sizes(phase)
+                                .into_iter()
+                                .map(|size| task.measuring_batch(size, &device))
+                                .collect()
                         })
                         .collect();
+                    phased_step(
+                        task,
+                        net,
+                        &mut optimizer,
+                        |phase| std::mem::take(&mut made[phase]),
+                        settings,
+                        &mut meter,
+                    )
+                    .await?
+                };
+                drop(kept);
+                net = next;
+                // The step's scalars were read, so its work is done; this covers lazy backends.
+                let _ = readback::settle(&device).await;
+                // A warm-up that grew a paged pool's pages (cubecl) left the model's parameters
+                // on the outgrown ones, held beside the new until a relocation empties them. A
+                // run's model is made in the pages its planning grew: so is this one, made
+                // again after the outgrown pages are returned, and warmed up again.
+                if round == 0 && !regrown && page(&meter) != page_before {
+                    regrown = true;
+                    drop(net);
+                    meter.cleanup();
+                    device.seed(7);
+                    net = task.networks(&device);
+                    optimizer = task.optimizer();
+                    continue;
                 }
+                if round == 1 {
+                    seconds = started.elapsed().as_secs_f64();
+                    peak = meter.sample().peak_bytes;
+                    pages = meter.current_pages().map(|pool| PagedStep {
+                        page_bytes: pool.page_bytes,
+                        pages: pool.pages,
+                        largest_allocation_bytes: pool.largest_allocation_bytes,
+                        in_use_bytes: meter.in_use_peak().saturating_sub(before),
+                    });
+                    if phases > 1 {
+                        phase_peaks = outcome
+                            .phases
+                            .iter()
+                            .enumerate()
+                            .map(|(phase, figures)| PhaseMeasurement {
+                                patches: cut.phase_patches[phase],
+                                micro_batches: cut.sizes(phase).len(),
+                                peak_bytes: figures.peak_bytes.saturating_sub(before),
+                                gradient_bytes: figures.gradient_bytes,
+                            })
+                            .collect();
+                    }
+                }
+                round += 1;
             }
-            round += 1;
-        }
-        StepMeasurement {
-            patches: cut.phase_patches[0],
-            checkpointing,
-            precision,
-            peak_bytes: peak.saturating_sub(before),
-            seconds,
-            micro_batches: cut.sizes(0).len(),
-            frames: None,
-            pages,
-            phases: phase_peaks,
-        }
-    };
-    meter.cleanup();
-    Ok(measurement)
+            StepMeasurement {
+                patches: cut.phase_patches[0],
+                checkpointing,
+                precision,
+                peak_bytes: peak.saturating_sub(before),
+                seconds,
+                micro_batches: cut.sizes(0).len(),
+                frames: None,
+                pages,
+                phases: phase_peaks,
+            }
+        };
+        meter.cleanup();
+        Ok(measurement)
+    })
 }
 
 /// What calibration measured and the models fitted to it.
@@ -311,57 +318,64 @@ pub fn half_precision(target: Target) -> Result<Option<Precision>, CalibrationEr
 
 /// Six measured steps: two micro-batch sizes in f32 with and without checkpointing, and in
 /// the device's half precision without (four for a task without mixed precision).
-pub async fn calibrate<T: TrainingTask>(
+pub fn calibrate<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-) -> Result<Calibration, CalibrationError> {
-    let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
-    if task.mixed_precision()
-        && let Some(half) = half_precision(target)?
-    {
-        variants.push((half, false));
-    }
-    calibrate_variants(target, task, &variants).await
+    task: &'a T,
+) -> LocalFuture<'a, Result<Calibration, CalibrationError>> {
+    Box::pin(async move {
+        let mut variants = vec![(Precision::F32, false), (Precision::F32, true)];
+        if task.mixed_precision()
+            && let Some(half) = half_precision(target)?
+        {
+            variants.push((half, false));
+        }
+        calibrate_variants(target, task, &variants).await
+    })
 }
 
 /// Two measured steps of the one kind a run takes: what re-fitting its micro-batch after an
 /// out-of-memory needs (`MemoryModel::cost` of the run's precision and checkpointing), in a
 /// third of a full calibration's steps. A half-precision checkpointed run has no such
 /// measurement (the planner never picks one) and gets none.
-pub async fn calibrate_only<T: TrainingTask>(
+pub fn calibrate_only<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
+    task: &'a T,
     precision: Precision,
     checkpointing: bool,
-) -> Result<Calibration, CalibrationError> {
-    let variants: &[(Precision, bool)] = if precision != Precision::F32 && checkpointing {
-        &[]
-    } else {
-        &[(precision, checkpointing)]
-    };
-    calibrate_variants(target, task, variants).await
+) -> LocalFuture<'a, Result<Calibration, CalibrationError>> {
+    Box::pin(async move {
+        let variants: &[(Precision, bool)] = if precision != Precision::F32 && checkpointing {
+            &[]
+        } else {
+            &[(precision, checkpointing)]
+        };
+        calibrate_variants(target, task, variants).await
+    })
 }
 
-async fn calibrate_variants<T: TrainingTask>(
+fn calibrate_variants<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    variants: &[(Precision, bool)],
-) -> Result<Calibration, CalibrationError> {
-    let [small, large] = calibration_patches(task, target.backend);
-    // The first step in a process also sets up what stays for its life (thread pools, kernel
-    // caches); measured, that would count as the step's own cost.
-    if !variants.is_empty() {
-        measure_step(target, task, 1, Precision::F32, false).await?;
-    }
-    let mut measurements = Vec::with_capacity(2 * variants.len());
-    for &(precision, checkpointing) in variants {
-        for patches in [small, large] {
-            measurements.push(measure_step(target, task, patches, precision, checkpointing).await?);
+    task: &'a T,
+    variants: &'a [(Precision, bool)],
+) -> LocalFuture<'a, Result<Calibration, CalibrationError>> {
+    Box::pin(async move {
+        let [small, large] = calibration_patches(task, target.backend);
+        // The first step in a process also sets up what stays for its life (thread pools, kernel
+        // caches); measured, that would count as the step's own cost.
+        if !variants.is_empty() {
+            measure_step(target, task, 1, Precision::F32, false).await?;
         }
-    }
-    // An accumulating step holds one set of summed gradients beyond a single micro-batch's
-    // step: f32, one per trainable parameter.
-    Ok(fit(target.backend, measurements, task.parameters() * 4))
+        let mut measurements = Vec::with_capacity(2 * variants.len());
+        for &(precision, checkpointing) in variants {
+            for patches in [small, large] {
+                measurements
+                    .push(measure_step(target, task, patches, precision, checkpointing).await?);
+            }
+        }
+        // An accumulating step holds one set of summed gradients beyond a single micro-batch's
+        // step: f32, one per trainable parameter.
+        Ok(fit(target.backend, measurements, task.parameters() * 4))
+    })
 }
 
 /// Fits the models to measurements, a line per precision and checkpointing; `gradient_bytes`

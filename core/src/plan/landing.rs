@@ -11,6 +11,7 @@
 use super::calibrate::{Calibration, CalibrationError, Cut, learn, measure_cut_step};
 use super::search::Plan;
 use crate::backend::Target;
+use crate::readback::LocalFuture;
 use crate::task::TrainingTask;
 
 /// How far past the largest measured step a plan may land before a step nearer it is
@@ -42,24 +43,26 @@ pub fn near_patches(calibration: &Calibration, plan: &Plan) -> Option<usize> {
 /// Measures and learns a step near `plan` where [`near_patches`] asks for one, cut as the
 /// plan's dry-run will be (two micro-batches where it accumulates). A step the device refuses
 /// is left to the dry-run, which halves.
-pub async fn calibrate_near<T: TrainingTask>(
+pub fn calibrate_near<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    calibration: &mut Calibration,
-    plan: &Plan,
-) -> Result<(), CalibrationError> {
-    let Some(patches) = near_patches(calibration, plan) else {
-        return Ok(());
-    };
-    let cut = Cut::even(task, patches, plan.accumulation.min(2));
-    match measure_cut_step(target, task, &cut, plan.precision, plan.checkpointing).await {
-        Ok(measured) => {
-            learn(calibration, measured);
-            Ok(())
+    task: &'a T,
+    calibration: &'a mut Calibration,
+    plan: &'a Plan,
+) -> LocalFuture<'a, Result<(), CalibrationError>> {
+    Box::pin(async move {
+        let Some(patches) = near_patches(calibration, plan) else {
+            return Ok(());
+        };
+        let cut = Cut::even(task, patches, plan.accumulation.min(2));
+        match measure_cut_step(target, task, &cut, plan.precision, plan.checkpointing).await {
+            Ok(measured) => {
+                learn(calibration, measured);
+                Ok(())
+            }
+            Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => Ok(()),
+            Err(other) => Err(other),
         }
-        Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => Ok(()),
-        Err(other) => Err(other),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::backend::Target;
 use crate::events::planned::{LengthPlan, Plan, StepMeasurement};
 use crate::events::{DryRunReport, Event, EventSink};
 use crate::lengths::{LengthBucket, LengthBuckets};
+use crate::readback::LocalFuture;
 
 pub use super::length_model::{LengthModel, PREDICTED_EPOCHS};
 pub use crate::lengths::LengthCost;
@@ -46,35 +47,39 @@ fn calibration_points(longest: usize) -> [(usize, usize); 7] {
     ]
 }
 
-async fn measure_at<T: TrainingTask>(
+fn measure_at<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
+    task: &'a T,
     examples: usize,
     frames: usize,
     micro_batches: usize,
-) -> Result<StepMeasurement, CalibrationError> {
-    let at = task.at_length(frames).unwrap_or_else(|| task.clone());
-    let mut m =
-        measure_accumulating_step(target, &at, examples, micro_batches, Precision::F32, false)
-            .await?;
-    m.frames = Some(frames);
-    Ok(m)
+) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
+    Box::pin(async move {
+        let at = task.at_length(frames).unwrap_or_else(|| task.clone());
+        let mut m =
+            measure_accumulating_step(target, &at, examples, micro_batches, Precision::F32, false)
+                .await?;
+        m.frames = Some(frames);
+        Ok(m)
+    })
 }
 
 /// Steps of `task` measured at lengths up to `longest` frames: what its model by length is
 /// fitted to ([`LengthModel::fit`]).
-pub async fn calibrate<T: TrainingTask>(
+pub fn calibrate<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
+    task: &'a T,
     longest: usize,
-) -> Result<Vec<StepMeasurement>, CalibrationError> {
-    // The first step in a process sets up what stays for its life; not the step's cost.
-    measure_at(target, task, 1, longest.div_ceil(4), 1).await?;
-    let mut measurements = Vec::new();
-    for (examples, frames) in calibration_points(longest) {
-        measurements.push(measure_at(target, task, examples, frames, 1).await?);
-    }
-    Ok(measurements)
+) -> LocalFuture<'a, Result<Vec<StepMeasurement>, CalibrationError>> {
+    Box::pin(async move {
+        // The first step in a process sets up what stays for its life; not the step's cost.
+        measure_at(target, task, 1, longest.div_ceil(4), 1).await?;
+        let mut measurements = Vec::new();
+        for (examples, frames) in calibration_points(longest) {
+            measurements.push(measure_at(target, task, examples, frames, 1).await?);
+        }
+        Ok(measurements)
+    })
 }
 
 /// Whether `request` leaves the split to a length plan: micro-batch and accumulation open,
@@ -92,158 +97,167 @@ pub fn applies(request: &PlanRequest) -> bool {
 /// resident bytes are raised to what is in use once calibrated. Calibrates at several
 /// lengths, buckets, and dry-runs the longest bucket and the widest until both
 /// fit. Reports a `dry_run` event per measured step and the `plan` event.
-pub async fn prepare<T: TrainingTask>(
+pub fn prepare<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    planning: &Planning,
-    request: &PlanRequest,
+    task: &'a T,
+    planning: &'a Planning,
+    request: &'a PlanRequest,
     share: RunShare,
-    lengths: &[usize],
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, PlanningError> {
-    let longest = lengths.iter().copied().max().unwrap_or(1);
-    let effective_batch = request.effective_batch.max(1);
-    // What a step of several micro-batches holds beside one micro-batch's step: the summed
-    // gradients and, for a step cut by gradient caching, its cache.
-    let gradient_bytes = task.parameters() * 4 + task.cache_bytes(effective_batch);
-    let mut measurements = calibrate(target, task, longest).await?;
-    // After calibrating, as `super::prepare` reads it: what the process set up in its
-    // first steps is in use for its life, and the measured steps start from it.
-    let resident = request.resident_bytes.max(super::in_use_now(target));
-    let beside = resident + share.read_ahead.bytes(effective_batch);
-    let available = request.budget_bytes.saturating_sub(beside);
-    let mut last = String::from("the buckets changed with every step measured");
-    // Padded frames a micro-batch may hold once the device refused a bucket whatever the
-    // budget (a tensor past its largest buffer): half of the refused bucket's.
-    let mut most_frames: Option<usize> = None;
-    // Each shape a dry-run measured over the budget, as (frames, the most examples a
-    // micro-batch of at least those frames may hold after it). A refitted model may still
-    // give that shape, as the paged model did before 40d345a (seed 003's 16 x 2,947 on an
-    // H200: 14 pages of 69 MiB predicted, 15 of 68 taken, 1,029 MiB of 1,024): whatever
-    // the model, a shape measured over is never planned again, nor a longer or wider one.
-    let mut over: Vec<(usize, usize)> = Vec::new();
-    // Every dry-run, for the error when none passes.
-    let mut tried: Vec<String> = Vec::new();
-    // A plan is taken once its longest and widest buckets were measured and the model,
-    // refitted to those steps, still gives it. A refusal measured nothing, so it does not
-    // use up a try.
-    let (mut attempt, mut refusals) = (0, 0);
-    // A dry-run over the budget cuts the shapes past it for good (`over`), so a try that
-    // ends over still narrowed the plan: up to two more tries for that.
-    let extra = |over: &[(usize, usize)]| over.len().min(OVER_TRIES);
-    'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + extra(&over) {
-        attempt += 1;
-        let model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
-            .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
-        let mut buckets = model
-            .buckets(lengths, effective_batch, available)
-            .map_err(|needed| PlanError::DoesNotFit {
-                smallest: format!("one example of the longest, {longest} frames"),
-                needed,
-                available,
-                budget: request.budget_bytes,
-                resident,
-                longest_fitting: model.longest_alone(available, effective_batch > 1, longest),
-            })?;
-        if !within_what_was_measured(&mut buckets, most_frames, &over) {
-            return Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)));
-        }
-        let accumulating = |b: &LengthBucket| b.examples < effective_batch;
-        let mut checks: Vec<LengthBucket> = buckets.buckets.last().copied().into_iter().collect();
-        checks.extend(
-            buckets
-                .widest()
-                .filter(|w| Some(w) != buckets.buckets.last()),
-        );
-        checks.retain(|b| {
-            !measurements.iter().any(|m| {
-                m.frames == Some(b.frames)
-                    && m.patches == b.examples
-                    && (m.micro_batches > 1) == accumulating(b)
-            })
-        });
-        if checks.is_empty() {
-            return Ok(accept(
-                target,
-                task,
-                planning,
-                effective_batch,
-                buckets,
-                model,
-                measurements,
-                (resident, beside),
-                lengths,
-                sink,
-            ));
-        }
-        if attempt > MAX_DRY_RUNS + refusals + extra(&over) {
-            break;
-        }
-        for bucket in checks {
-            let micro_batches = if accumulating(&bucket) { 2 } else { 1 };
-            let predicted =
-                beside + model.step_bytes(bucket.examples, bucket.frames, accumulating(&bucket));
-            let report = |measured_peak_bytes, fits, refused| DryRunReport {
-                attempt,
-                micro_batch: bucket.examples,
-                n_patches: 1,
-                accumulation: effective_batch.div_ceil(bucket.examples),
-                checkpointing: false,
-                precision: Precision::F32,
-                predicted_peak_bytes: predicted,
-                measured_peak_bytes,
-                budget_bytes: request.budget_bytes,
-                fits,
-                frames: Some(bucket.frames),
-                refused,
-                phases: Vec::new(),
-            };
-            let m = match measure_at(target, task, bucket.examples, bucket.frames, micro_batches)
-                .await
-            {
-                Ok(m) => m,
-                Err(CalibrationError::Step(error)) => {
-                    let Some(refused) = error.device_refusal() else {
-                        return Err(CalibrationError::Step(error).into());
-                    };
-                    sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
-                    last = format!(
-                        "{} examples of {} frames, refused by the device: {refused}",
-                        bucket.examples, bucket.frames
-                    );
-                    most_frames = Some(bucket.examples * bucket.frames / 2);
-                    refusals += 1;
-                    continue 'tries;
-                }
-                Err(other) => return Err(other.into()),
-            };
-            let measured_peak = beside + m.peak_bytes;
-            let fits = measured_peak <= request.budget_bytes;
-            sink.emit(Event::DryRun(report(measured_peak, fits, None)));
-            tried.push(format!(
-                "{} x {}: {} / {}",
-                bucket.examples,
-                bucket.frames,
-                crate::size::human(predicted),
-                crate::size::human(measured_peak)
-            ));
-            if !fits {
-                last = format!(
-                    "{} examples of {} frames, measured {} of {}",
-                    bucket.examples,
-                    bucket.frames,
-                    crate::size::human(measured_peak),
-                    crate::size::human(request.budget_bytes)
-                );
-                over.push((
-                    bucket.frames,
-                    fewer_after_over(bucket.examples, m.peak_bytes, available),
+    lengths: &'a [usize],
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
+    Box::pin(async move {
+        let longest = lengths.iter().copied().max().unwrap_or(1);
+        let effective_batch = request.effective_batch.max(1);
+        // What a step of several micro-batches holds beside one micro-batch's step: the summed
+        // gradients and, for a step cut by gradient caching, its cache.
+        let gradient_bytes = task.parameters() * 4 + task.cache_bytes(effective_batch);
+        let mut measurements = calibrate(target, task, longest).await?;
+        // After calibrating, as `super::prepare` reads it: what the process set up in its
+        // first steps is in use for its life, and the measured steps start from it.
+        let resident = request.resident_bytes.max(super::in_use_now(target));
+        let beside = resident + share.read_ahead.bytes(effective_batch);
+        let available = request.budget_bytes.saturating_sub(beside);
+        let mut last = String::from("the buckets changed with every step measured");
+        // Padded frames a micro-batch may hold once the device refused a bucket whatever the
+        // budget (a tensor past its largest buffer): half of the refused bucket's.
+        let mut most_frames: Option<usize> = None;
+        // Each shape a dry-run measured over the budget, as (frames, the most examples a
+        // micro-batch of at least those frames may hold after it). A refitted model may still
+        // give that shape, as the paged model did before 40d345a (seed 003's 16 x 2,947 on an
+        // H200: 14 pages of 69 MiB predicted, 15 of 68 taken, 1,029 MiB of 1,024): whatever
+        // the model, a shape measured over is never planned again, nor a longer or wider one.
+        let mut over: Vec<(usize, usize)> = Vec::new();
+        // Every dry-run, for the error when none passes.
+        let mut tried: Vec<String> = Vec::new();
+        // A plan is taken once its longest and widest buckets were measured and the model,
+        // refitted to those steps, still gives it. A refusal measured nothing, so it does not
+        // use up a try.
+        let (mut attempt, mut refusals) = (0, 0);
+        // A dry-run over the budget cuts the shapes past it for good (`over`), so a try that
+        // ends over still narrowed the plan: up to two more tries for that.
+        let extra = |over: &[(usize, usize)]| over.len().min(OVER_TRIES);
+        'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + extra(&over) {
+            attempt += 1;
+            let model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
+                .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
+            let mut buckets =
+                model
+                    .buckets(lengths, effective_batch, available)
+                    .map_err(|needed| PlanError::DoesNotFit {
+                        smallest: format!("one example of the longest, {longest} frames"),
+                        needed,
+                        available,
+                        budget: request.budget_bytes,
+                        resident,
+                        longest_fitting: model.longest_alone(
+                            available,
+                            effective_batch > 1,
+                            longest,
+                        ),
+                    })?;
+            if !within_what_was_measured(&mut buckets, most_frames, &over) {
+                return Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)));
+            }
+            let accumulating = |b: &LengthBucket| b.examples < effective_batch;
+            let mut checks: Vec<LengthBucket> =
+                buckets.buckets.last().copied().into_iter().collect();
+            checks.extend(
+                buckets
+                    .widest()
+                    .filter(|w| Some(w) != buckets.buckets.last()),
+            );
+            checks.retain(|b| {
+                !measurements.iter().any(|m| {
+                    m.frames == Some(b.frames)
+                        && m.patches == b.examples
+                        && (m.micro_batches > 1) == accumulating(b)
+                })
+            });
+            if checks.is_empty() {
+                return Ok(accept(
+                    target,
+                    task,
+                    planning,
+                    effective_batch,
+                    buckets,
+                    model,
+                    measurements,
+                    (resident, beside),
+                    lengths,
+                    sink,
                 ));
             }
-            measurements.push(m);
+            if attempt > MAX_DRY_RUNS + refusals + extra(&over) {
+                break;
+            }
+            for bucket in checks {
+                let micro_batches = if accumulating(&bucket) { 2 } else { 1 };
+                let predicted = beside
+                    + model.step_bytes(bucket.examples, bucket.frames, accumulating(&bucket));
+                let report = |measured_peak_bytes, fits, refused| DryRunReport {
+                    attempt,
+                    micro_batch: bucket.examples,
+                    n_patches: 1,
+                    accumulation: effective_batch.div_ceil(bucket.examples),
+                    checkpointing: false,
+                    precision: Precision::F32,
+                    predicted_peak_bytes: predicted,
+                    measured_peak_bytes,
+                    budget_bytes: request.budget_bytes,
+                    fits,
+                    frames: Some(bucket.frames),
+                    refused,
+                    phases: Vec::new(),
+                };
+                let m =
+                    match measure_at(target, task, bucket.examples, bucket.frames, micro_batches)
+                        .await
+                    {
+                        Ok(m) => m,
+                        Err(CalibrationError::Step(error)) => {
+                            let Some(refused) = error.device_refusal() else {
+                                return Err(CalibrationError::Step(error).into());
+                            };
+                            sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
+                            last = format!(
+                                "{} examples of {} frames, refused by the device: {refused}",
+                                bucket.examples, bucket.frames
+                            );
+                            most_frames = Some(bucket.examples * bucket.frames / 2);
+                            refusals += 1;
+                            continue 'tries;
+                        }
+                        Err(other) => return Err(other.into()),
+                    };
+                let measured_peak = beside + m.peak_bytes;
+                let fits = measured_peak <= request.budget_bytes;
+                sink.emit(Event::DryRun(report(measured_peak, fits, None)));
+                tried.push(format!(
+                    "{} x {}: {} / {}",
+                    bucket.examples,
+                    bucket.frames,
+                    crate::size::human(predicted),
+                    crate::size::human(measured_peak)
+                ));
+                if !fits {
+                    last = format!(
+                        "{} examples of {} frames, measured {} of {}",
+                        bucket.examples,
+                        bucket.frames,
+                        crate::size::human(measured_peak),
+                        crate::size::human(request.budget_bytes)
+                    );
+                    over.push((
+                        bucket.frames,
+                        fewer_after_over(bucket.examples, m.peak_bytes, available),
+                    ));
+                }
+                measurements.push(m);
+            }
         }
-    }
-    Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)))
+        Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)))
+    })
 }
 
 /// Tries beyond [`MAX_DRY_RUNS`] that dry-runs over the budget may add, one each: the tiny

@@ -15,6 +15,7 @@ pub mod read_ahead;
 pub mod search;
 pub mod shipped;
 
+use crate::readback::LocalFuture;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::{
@@ -267,22 +268,24 @@ pub fn from_calibration<T: TrainingTask>(
 }
 
 /// Calibrates on the device and searches, without the dry-run step that [`prepare`] adds.
-pub async fn unchecked<T: TrainingTask>(
+pub fn unchecked<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    planning: &Planning,
+    task: &'a T,
+    planning: &'a Planning,
     share: RunShare,
-) -> Result<Prepared, PlanningError> {
-    let calibration = calibrate(target, task).await?;
-    let share = RunShare {
-        resident_bytes: share.resident_bytes.max(in_use_now(target)),
-        ..share
-    };
-    let (plan, breakdown) = from_calibration(task, &calibration, planning, share)?;
-    Ok(Prepared {
-        plan,
-        breakdown,
-        calibration,
+) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
+    Box::pin(async move {
+        let calibration = calibrate(target, task).await?;
+        let share = RunShare {
+            resident_bytes: share.resident_bytes.max(in_use_now(target)),
+            ..share
+        };
+        let (plan, breakdown) = from_calibration(task, &calibration, planning, share)?;
+        Ok(Prepared {
+            plan,
+            breakdown,
+            calibration,
+        })
     })
 }
 
@@ -290,75 +293,86 @@ pub async fn unchecked<T: TrainingTask>(
 /// Every dry-run becomes a point of the memory model, so the next search reads the plan's
 /// size from a measurement there; a plan is taken once its own size was measured and it
 /// still fits. Reports a `dry_run` event per measured step and the final `plan` event.
-pub async fn prepare<T: TrainingTask>(
+pub fn prepare<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    planning: &Planning,
+    task: &'a T,
+    planning: &'a Planning,
     share: RunShare,
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, PlanningError> {
-    let mut calibration = calibrate(target, task).await?;
-    let resident = share.resident_bytes.max(in_use_now(target));
-    let mut request = request_for(task, planning, resident, share.read_ahead)?;
-    let first = search_phases(task, &calibration, &request)?;
-    landing::calibrate_near(target, task, &mut calibration, &first).await?;
-    let mut last = String::new();
-    // The most recent measured plan that fitted: taken if the tries run out.
-    let mut fallback: Option<Plan> = None;
-    // A refusal halves the micro-batch without using up a try: it measured nothing, and
-    // the device's largest buffer may be far below the first size tried.
-    let (mut attempt, mut refusals) = (0, 0);
-    while attempt < MAX_DRY_RUNS + refusals {
-        attempt += 1;
-        let plan = search_phases(task, &calibration, &request)?;
-        let patches = plan.patches_per_micro_batch();
-        if measured_at(&calibration, &plan) && attempt > 1 {
-            return Ok(accept(task, plan, resident, calibration, sink));
-        }
-        // The run's step as it will be: a plan that accumulates is checked with two
-        // micro-batches, the second holding the first's gradients.
-        let beside = |micro_batch| resident + share.read_ahead.bytes(micro_batch);
-        let report =
-            |measured_peak_bytes, fits, refused, measured: Option<&StepMeasurement>| DryRunReport {
-                attempt,
-                micro_batch: plan.micro_batch,
-                n_patches: plan.n_patches,
-                accumulation: plan.accumulation,
-                checkpointing: plan.checkpointing,
-                precision: plan.precision,
-                predicted_peak_bytes: plan.predicted_peak_bytes,
-                measured_peak_bytes,
-                budget_bytes: planning.budget_bytes,
-                fits,
-                frames: None,
-                refused,
-                phases: plan
-                    .phases
-                    .iter()
-                    .enumerate()
-                    .map(|(index, phase)| PhaseDryRun {
-                        phase: phase.phase.clone(),
-                        micro_batch: phase.micro_batch,
-                        predicted_peak_bytes: phase.predicted_peak_bytes,
-                        measured_peak_bytes: measured
-                            .and_then(|m| m.phases.get(index))
-                            .map_or(0, |m| beside(phase.micro_batch) + m.peak_bytes),
-                    })
-                    .collect(),
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
+    Box::pin(async move {
+        let mut calibration = calibrate(target, task).await?;
+        let resident = share.resident_bytes.max(in_use_now(target));
+        let mut request = request_for(task, planning, resident, share.read_ahead)?;
+        let first = search_phases(task, &calibration, &request)?;
+        landing::calibrate_near(target, task, &mut calibration, &first).await?;
+        let mut last = String::new();
+        // The most recent measured plan that fitted: taken if the tries run out.
+        let mut fallback: Option<Plan> = None;
+        // A refusal halves the micro-batch without using up a try: it measured nothing, and
+        // the device's largest buffer may be far below the first size tried.
+        let (mut attempt, mut refusals) = (0, 0);
+        while attempt < MAX_DRY_RUNS + refusals {
+            attempt += 1;
+            let plan = search_phases(task, &calibration, &request)?;
+            let patches = plan.patches_per_micro_batch();
+            if measured_at(&calibration, &plan) && attempt > 1 {
+                return Ok(accept(task, plan, resident, calibration, sink));
+            }
+            // The run's step as it will be: a plan that accumulates is checked with two
+            // micro-batches, the second holding the first's gradients.
+            let beside = |micro_batch| resident + share.read_ahead.bytes(micro_batch);
+            let report =
+                |measured_peak_bytes, fits, refused, measured: Option<&StepMeasurement>| {
+                    DryRunReport {
+                        attempt,
+                        micro_batch: plan.micro_batch,
+                        n_patches: plan.n_patches,
+                        accumulation: plan.accumulation,
+                        checkpointing: plan.checkpointing,
+                        precision: plan.precision,
+                        predicted_peak_bytes: plan.predicted_peak_bytes,
+                        measured_peak_bytes,
+                        budget_bytes: planning.budget_bytes,
+                        fits,
+                        frames: None,
+                        refused,
+                        phases: plan
+                            .phases
+                            .iter()
+                            .enumerate()
+                            .map(|(index, phase)| PhaseDryRun {
+                                phase: phase.phase.clone(),
+                                micro_batch: phase.micro_batch,
+                                predicted_peak_bytes: phase.predicted_peak_bytes,
+                                measured_peak_bytes: measured
+                                    .and_then(|m| m.phases.get(index))
+                                    .map_or(0, |m| beside(phase.micro_batch) + m.peak_bytes),
+                            })
+                            .collect(),
+                    }
+                };
+            let cut = if plan.phases.is_empty() {
+                Cut::even(task, patches, plan.accumulation.min(2))
+            } else {
+                let n = plan.n_patches.max(1);
+                let accumulating: Vec<bool> =
+                    plan.phases.iter().map(|p| p.accumulation > 1).collect();
+                Cut::per_phase(
+                    plan.phases.iter().map(|p| p.micro_batch * n).collect(),
+                    &accumulating,
+                    plan.effective_batch,
+                )
             };
-        let cut = if plan.phases.is_empty() {
-            Cut::even(task, patches, plan.accumulation.min(2))
-        } else {
-            let n = plan.n_patches.max(1);
-            let accumulating: Vec<bool> = plan.phases.iter().map(|p| p.accumulation > 1).collect();
-            Cut::per_phase(
-                plan.phases.iter().map(|p| p.micro_batch * n).collect(),
-                &accumulating,
-                plan.effective_batch,
+            let measured = match measure_cut_step(
+                target,
+                task,
+                &cut,
+                plan.precision,
+                plan.checkpointing,
             )
-        };
-        let measured =
-            match measure_cut_step(target, task, &cut, plan.precision, plan.checkpointing).await {
+            .await
+            {
                 Ok(measured) => measured,
                 Err(CalibrationError::Step(error)) => {
                     let Some(refused) = error.device_refusal() else {
@@ -381,52 +395,53 @@ pub async fn prepare<T: TrainingTask>(
                 }
                 Err(other) => return Err(other.into()),
             };
-        let measured_peak = match plan.phases.as_slice() {
-            [] => beside(plan.micro_batch) + measured.peak_bytes,
-            // Each phase beside its own micro-batch's read-ahead.
-            phases => phases
-                .iter()
-                .zip(&measured.phases)
-                .map(|(phase, m)| beside(phase.micro_batch) + m.peak_bytes)
-                .max()
-                .unwrap_or(0)
-                .max(beside(plan.micro_batch) + measured.peak_bytes),
-        };
-        let fits = measured_peak <= planning.budget_bytes;
-        sink.emit(Event::DryRun(report(
-            measured_peak,
-            fits,
-            None,
-            Some(&measured),
-        )));
-        learn(&mut calibration, measured);
-        if fits {
-            fallback = Some(plan.clone());
-        } else {
-            last = format!(
-                "{}, measured {} of {}",
-                plan.reason,
-                crate::size::human(measured_peak),
-                crate::size::human(planning.budget_bytes)
-            );
+            let measured_peak = match plan.phases.as_slice() {
+                [] => beside(plan.micro_batch) + measured.peak_bytes,
+                // Each phase beside its own micro-batch's read-ahead.
+                phases => phases
+                    .iter()
+                    .zip(&measured.phases)
+                    .map(|(phase, m)| beside(phase.micro_batch) + m.peak_bytes)
+                    .max()
+                    .unwrap_or(0)
+                    .max(beside(plan.micro_batch) + measured.peak_bytes),
+            };
+            let fits = measured_peak <= planning.budget_bytes;
+            sink.emit(Event::DryRun(report(
+                measured_peak,
+                fits,
+                None,
+                Some(&measured),
+            )));
+            learn(&mut calibration, measured);
+            if fits {
+                fallback = Some(plan.clone());
+            } else {
+                last = format!(
+                    "{}, measured {} of {}",
+                    plan.reason,
+                    crate::size::human(measured_peak),
+                    crate::size::human(planning.budget_bytes)
+                );
+            }
         }
-    }
-    // Out of tries: the last plan that fitted, re-predicted from what was measured.
-    let refitted = search_phases(task, &calibration, &request)?;
-    match fallback {
-        Some(plan)
-            if measured_at(&calibration, &refitted)
-                || (refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch()
-                    && refitted
-                        .phases
-                        .iter()
-                        .zip(&plan.phases)
-                        .all(|(now, then)| now.micro_batch <= then.micro_batch)) =>
-        {
-            Ok(accept(task, refitted, resident, calibration, sink))
+        // Out of tries: the last plan that fitted, re-predicted from what was measured.
+        let refitted = search_phases(task, &calibration, &request)?;
+        match fallback {
+            Some(plan)
+                if measured_at(&calibration, &refitted)
+                    || (refitted.patches_per_micro_batch() <= plan.patches_per_micro_batch()
+                        && refitted
+                            .phases
+                            .iter()
+                            .zip(&plan.phases)
+                            .all(|(now, then)| now.micro_batch <= then.micro_batch)) =>
+            {
+                Ok(accept(task, refitted, resident, calibration, sink))
+            }
+            _ => Err(PlanningError::DryRunsFailed(last)),
         }
-        _ => Err(PlanningError::DryRunsFailed(last)),
-    }
+    })
 }
 
 /// The search for `task`: one split for every phase, then, for a task of several phases
@@ -513,20 +528,22 @@ fn measured_at(calibration: &Calibration, plan: &Plan) -> bool {
 /// [`prepare`] for a run whose examples have `lengths` (train and validation; none: all one
 /// size): planned by length ([`lengths::prepare`]) where the task measures by length and
 /// the request leaves the split open, else a fixed count per micro-batch as [`prepare`].
-pub async fn prepare_by_length<T: TrainingTask>(
+pub fn prepare_by_length<'a, T: TrainingTask>(
     target: Target,
-    task: &T,
-    planning: &Planning,
+    task: &'a T,
+    planning: &'a Planning,
     share: RunShare,
-    lengths: &[usize],
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, PlanningError> {
-    // What is in use is read after calibrating, by whichever planner runs.
-    let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
-    if lengths.is_empty() || task.at_length(1).is_none() || !lengths::applies(&request) {
-        return prepare(target, task, planning, share, sink).await;
-    }
-    lengths::prepare(target, task, planning, &request, share, lengths, sink).await
+    lengths: &'a [usize],
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
+    Box::pin(async move {
+        // What is in use is read after calibrating, by whichever planner runs.
+        let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
+        if lengths.is_empty() || task.at_length(1).is_none() || !lengths::applies(&request) {
+            return prepare(target, task, planning, share, sink).await;
+        }
+        lengths::prepare(target, task, planning, &request, share, lengths, sink).await
+    })
 }
 
 /// Reports a plan whose size was measured, with its breakdown.

@@ -29,99 +29,101 @@ use burn::tensor::Tensor;
 use super::{StepError, sample_device_pool};
 use crate::memory::MemoryMeter;
 use crate::model::{StepLoss, untracked};
-use crate::readback;
+use crate::readback::{self, LocalFuture};
 use crate::task::{StepContext, TrainingTask};
 
 /// The summed gradients of phase `phase` over `micro_batches`, equal to one micro-batch of
 /// all of them, with the step's loss and reported term.
-pub async fn cached_gradients<T: TrainingTask>(
-    task: &T,
-    networks: &T::Networks,
+pub fn cached_gradients<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: &'a T::Networks,
     phase: usize,
     micro_batches: Vec<T::Batch>,
     step_examples: usize,
     context: StepContext,
-    meter: &mut MemoryMeter,
-) -> Result<(GradientsParams, f64, f64), StepError> {
-    let seen: usize = micro_batches.iter().map(|b| task.examples_in(b)).sum();
-    if seen != step_examples {
-        return Err(StepError::Incomplete {
-            seen,
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
+    Box::pin(async move {
+        let seen: usize = micro_batches.iter().map(|b| task.examples_in(b)).sum();
+        if seen != step_examples {
+            return Err(StepError::Incomplete {
+                seen,
+                expected: step_examples,
+            });
+        }
+        // 1. The embeddings, untracked but the last's.
+        let mut micro_batches = micro_batches;
+        let last = micro_batches.pop().ok_or(StepError::Incomplete {
+            seen: 0,
             expected: step_examples,
-        });
-    }
-    // 1. The embeddings, untracked but the last's.
-    let mut micro_batches = micro_batches;
-    let last = micro_batches.pop().ok_or(StepError::Incomplete {
-        seen: 0,
-        expected: step_examples,
-    })?;
-    let untracked = untracked(networks);
-    let mut parts = Vec::with_capacity(micro_batches.len() + 1);
-    for batch in micro_batches.iter().cloned() {
-        let embedded = task
-            .embed(&untracked, phase, batch, context)
+        })?;
+        let untracked = untracked(networks);
+        let mut parts = Vec::with_capacity(micro_batches.len() + 1);
+        for batch in micro_batches.iter().cloned() {
+            let embedded = task
+                .embed(&untracked, phase, batch, context)
+                .ok_or(StepError::Coupled)?
+                .detach();
+            sample_device_pool(&embedded.device(), meter).await?;
+            meter.check()?;
+            parts.push(embedded);
+        }
+        drop(untracked);
+        let last_examples = task.examples_in(&last);
+        let last_embedded = task
+            .embed(networks, phase, last, context)
+            .ok_or(StepError::Coupled)?;
+        sample_device_pool(&last_embedded.device(), meter).await?;
+        meter.check()?;
+        parts.push(last_embedded.clone().detach());
+        // 2. The step's loss from the cached embeddings, and its gradient there.
+        let cache = Tensor::cat(parts, 0).require_grad();
+        let StepLoss { total, reported } = task
+            .loss_of_embeddings(networks, phase, cache.clone())
+            .ok_or(StepError::Coupled)?;
+        let scale = context.precision.loss_scale();
+        let scaled = total.mul_scalar(scale);
+        let mut grads = scaled.clone().backward();
+        readback::settle(&scaled.device()).await?;
+        meter.check()?;
+        let loss = readback::scalar(scaled).await? as f64 / scale as f64;
+        let reported = readback::scalar(reported).await? as f64;
+        let cached = cache
+            .grad_remove(&mut grads)
             .ok_or(StepError::Coupled)?
             .detach();
-        sample_device_pool(&embedded.device(), meter).await?;
-        meter.check()?;
-        parts.push(embedded);
-    }
-    drop(untracked);
-    let last_examples = task.examples_in(&last);
-    let last_embedded = task
-        .embed(networks, phase, last, context)
-        .ok_or(StepError::Coupled)?;
-    sample_device_pool(&last_embedded.device(), meter).await?;
-    meter.check()?;
-    parts.push(last_embedded.clone().detach());
-    // 2. The step's loss from the cached embeddings, and its gradient there.
-    let cache = Tensor::cat(parts, 0).require_grad();
-    let StepLoss { total, reported } = task
-        .loss_of_embeddings(networks, phase, cache.clone())
-        .ok_or(StepError::Coupled)?;
-    let scale = context.precision.loss_scale();
-    let scaled = total.mul_scalar(scale);
-    let mut grads = scaled.clone().backward();
-    readback::settle(&scaled.device()).await?;
-    meter.check()?;
-    let loss = readback::scalar(scaled).await? as f64 / scale as f64;
-    let reported = readback::scalar(reported).await? as f64;
-    let cached = cache
-        .grad_remove(&mut grads)
-        .ok_or(StepError::Coupled)?
-        .detach();
-    let mut accumulator = GradientsAccumulator::<T::Networks>::new();
-    accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
-    // 3. The last micro-batch from its kept graph, then each other one embedded again, each
-    // back-propagated from its part of the cache.
-    let backward = |embedded: Tensor<2>, start: usize, n: usize| {
-        let surrogate = (embedded * cached.clone().narrow(0, start, n)).sum();
-        surrogate.backward()
-    };
-    let grads = backward(
-        last_embedded.clone(),
-        step_examples - last_examples,
-        last_examples,
-    );
-    readback::settle(&last_embedded.device()).await?;
-    meter.check()?;
-    drop(last_embedded);
-    accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
-    let mut start = 0;
-    for batch in micro_batches {
-        let n = task.examples_in(&batch);
-        let embedded = task
-            .embed(networks, phase, batch, context)
-            .ok_or(StepError::Coupled)?;
-        sample_device_pool(&embedded.device(), meter).await?;
-        let grads = backward(embedded.clone(), start, n);
-        readback::settle(&embedded.device()).await?;
-        meter.check()?;
+        let mut accumulator = GradientsAccumulator::<T::Networks>::new();
         accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
-        start += n;
-    }
-    Ok((accumulator.grads(), loss, reported))
+        // 3. The last micro-batch from its kept graph, then each other one embedded again, each
+        // back-propagated from its part of the cache.
+        let backward = |embedded: Tensor<2>, start: usize, n: usize| {
+            let surrogate = (embedded * cached.clone().narrow(0, start, n)).sum();
+            surrogate.backward()
+        };
+        let grads = backward(
+            last_embedded.clone(),
+            step_examples - last_examples,
+            last_examples,
+        );
+        readback::settle(&last_embedded.device()).await?;
+        meter.check()?;
+        drop(last_embedded);
+        accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
+        let mut start = 0;
+        for batch in micro_batches {
+            let n = task.examples_in(&batch);
+            let embedded = task
+                .embed(networks, phase, batch, context)
+                .ok_or(StepError::Coupled)?;
+            sample_device_pool(&embedded.device(), meter).await?;
+            let grads = backward(embedded.clone(), start, n);
+            readback::settle(&embedded.device()).await?;
+            meter.check()?;
+            accumulator.accumulate(networks, task.phase_gradients(networks, phase, grads));
+            start += n;
+        }
+        Ok((accumulator.grads(), loss, reported))
+    })
 }
 
 #[cfg(test)]

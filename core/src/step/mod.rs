@@ -10,8 +10,11 @@ use crate::budget::OverBudget;
 use crate::memory::{MemoryMeter, MemorySource};
 use crate::model::StepLoss;
 use crate::precision::Precision;
-use crate::readback::{self, ReadbackError};
+use crate::readback::{self, LocalFuture, ReadbackError};
 use crate::task::{Coupling, StepContext, TrainingTask};
+
+/// A step's micro-batches, read one at a time as the step takes them.
+type MicroBatches<'a, B> = Box<dyn Iterator<Item = B> + 'a>;
 
 /// Why a step could not finish. Nothing of the networks or the optimizer has changed when
 /// one of these comes back: a phase's update runs only after every micro-batch of it has
@@ -147,33 +150,35 @@ impl StepOutcome {
 /// Gradients of one micro-batch in phase `phase`, its loss weighted by its share of the
 /// step's examples (seed 003's loss / accumulation when micro-batches are equal) so that
 /// summing the micro-batch gradients gives the gradient of the mean over all of them.
-pub async fn micro_batch_gradients<T: TrainingTask>(
-    task: &T,
-    networks: &T::Networks,
+pub fn micro_batch_gradients<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: &'a T::Networks,
     phase: usize,
     batch: T::Batch,
     step_examples: usize,
     context: StepContext,
-    meter: &mut MemoryMeter,
-) -> Result<(GradientsParams, f64, f64), StepError> {
-    let share = task.examples_in(&batch) as f64 / step_examples.max(1) as f64;
-    let StepLoss { total, reported } = task.loss(networks, phase, batch, context);
-    let precision = context.precision;
-    // The loss scale is undone on the summed gradients (see `optimizer_step`).
-    let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
-    let device = scaled.device();
-    // Every activation is alive now.
-    sample_device_pool(&device, meter).await?;
-    let grads = scaled.backward();
-    // cubecl reports an allocation that failed here, as an error rather than a panic later.
-    readback::settle(&device).await?;
-    let total = readback::scalar(scaled).await? as f64 / precision.loss_scale() as f64;
-    let reported = readback::scalar(reported).await? as f64 * share;
-    Ok((
-        task.phase_gradients(networks, phase, grads),
-        total,
-        reported,
-    ))
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
+    Box::pin(async move {
+        let share = task.examples_in(&batch) as f64 / step_examples.max(1) as f64;
+        let StepLoss { total, reported } = task.loss(networks, phase, batch, context);
+        let precision = context.precision;
+        // The loss scale is undone on the summed gradients (see `optimizer_step`).
+        let scaled = total.mul_scalar(share as f32 * precision.loss_scale());
+        let device = scaled.device();
+        // Every activation is alive now.
+        sample_device_pool(&device, meter).await?;
+        let grads = scaled.backward();
+        // cubecl reports an allocation that failed here, as an error rather than a panic later.
+        readback::settle(&device).await?;
+        let total = readback::scalar(scaled).await? as f64 / precision.loss_scale() as f64;
+        let reported = readback::scalar(reported).await? as f64 * share;
+        Ok((
+            task.phase_gradients(networks, phase, grads),
+            total,
+            reported,
+        ))
+    })
 }
 
 /// On a device pool, which keeps no high-water mark, runs the work queued so far and reads
@@ -191,42 +196,17 @@ pub(crate) async fn sample_device_pool(
 
 /// Runs the micro-batches of one phase of a step and returns their summed gradients. Stops
 /// at the first micro-batch whose peak passes the meter's budget.
-pub async fn accumulate_gradients<T: TrainingTask>(
-    task: &T,
-    networks: &T::Networks,
+pub fn accumulate_gradients<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: &'a T::Networks,
     phase: usize,
-    micro_batches: impl IntoIterator<Item = T::Batch>,
+    micro_batches: impl IntoIterator<Item = T::Batch> + 'a,
     step_examples: usize,
     context: StepContext,
-    meter: &mut MemoryMeter,
-) -> Result<(GradientsParams, f64, f64), StepError> {
-    if task.coupling() == Coupling::Embeddings {
-        let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
-        if batches.len() > 1 {
-            return cached::cached_gradients(
-                task,
-                networks,
-                phase,
-                batches,
-                step_examples,
-                context,
-                meter,
-            )
-            .await;
-        }
-        // The whole step in one micro-batch: an ordinary step, one forward.
-        return each_micro_batch(
-            task,
-            networks,
-            phase,
-            batches,
-            step_examples,
-            context,
-            meter,
-        )
-        .await;
-    }
-    each_micro_batch(
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
+    let micro_batches: MicroBatches<'a, T::Batch> = Box::new(micro_batches.into_iter());
+    gradients_of(
         task,
         networks,
         phase,
@@ -235,44 +215,95 @@ pub async fn accumulate_gradients<T: TrainingTask>(
         context,
         meter,
     )
-    .await
+}
+
+/// [`accumulate_gradients`] of read micro-batches.
+fn gradients_of<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: &'a T::Networks,
+    phase: usize,
+    micro_batches: MicroBatches<'a, T::Batch>,
+    step_examples: usize,
+    context: StepContext,
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
+    Box::pin(async move {
+        if task.coupling() == Coupling::Embeddings {
+            let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+            if batches.len() > 1 {
+                return cached::cached_gradients(
+                    task,
+                    networks,
+                    phase,
+                    batches,
+                    step_examples,
+                    context,
+                    meter,
+                )
+                .await;
+            }
+            // The whole step in one micro-batch: an ordinary step, one forward.
+            return each_micro_batch(
+                task,
+                networks,
+                phase,
+                Box::new(batches.into_iter()),
+                step_examples,
+                context,
+                meter,
+            )
+            .await;
+        }
+        each_micro_batch(
+            task,
+            networks,
+            phase,
+            micro_batches,
+            step_examples,
+            context,
+            meter,
+        )
+        .await
+    })
 }
 
 /// [`accumulate_gradients`] micro-batch by micro-batch, each gradient its share of the
 /// step's.
-async fn each_micro_batch<T: TrainingTask>(
-    task: &T,
-    networks: &T::Networks,
+fn each_micro_batch<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: &'a T::Networks,
     phase: usize,
-    micro_batches: impl IntoIterator<Item = T::Batch>,
+    micro_batches: MicroBatches<'a, T::Batch>,
     step_examples: usize,
     context: StepContext,
-    meter: &mut MemoryMeter,
-) -> Result<(GradientsParams, f64, f64), StepError> {
-    let mut accumulator = GradientsAccumulator::<T::Networks>::new();
-    let (mut loss, mut reported) = (0.0, 0.0);
-    let mut seen = 0;
-    for (index, batch) in micro_batches.into_iter().enumerate() {
-        if index > 0 && task.coupling() == Coupling::WholeStep {
-            return Err(StepError::Coupled);
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
+    Box::pin(async move {
+        let mut accumulator = GradientsAccumulator::<T::Networks>::new();
+        let (mut loss, mut reported) = (0.0, 0.0);
+        let mut seen = 0;
+        for (index, batch) in micro_batches.enumerate() {
+            if index > 0 && task.coupling() == Coupling::WholeStep {
+                return Err(StepError::Coupled);
+            }
+            seen += task.examples_in(&batch);
+            let (grads, l, r) =
+                micro_batch_gradients(task, networks, phase, batch, step_examples, context, meter)
+                    .await?;
+            meter.check()?;
+            accumulator.accumulate(networks, grads);
+            loss += l;
+            reported += r;
         }
-        seen += task.examples_in(&batch);
-        let (grads, l, r) =
-            micro_batch_gradients(task, networks, phase, batch, step_examples, context, meter)
-                .await?;
-        meter.check()?;
-        accumulator.accumulate(networks, grads);
-        loss += l;
-        reported += r;
-    }
-    // A partial step would be a different step: losses are weighted by the whole step.
-    if seen != step_examples {
-        return Err(StepError::Incomplete {
-            seen,
-            expected: step_examples,
-        });
-    }
-    Ok((accumulator.grads(), loss, reported))
+        // A partial step would be a different step: losses are weighted by the whole step.
+        if seen != step_examples {
+            return Err(StepError::Incomplete {
+                seen,
+                expected: step_examples,
+            });
+        }
+        Ok((accumulator.grads(), loss, reported))
+    })
 }
 
 /// How one optimizer step runs.
@@ -291,131 +322,179 @@ pub struct StepSettings {
 /// One whole optimizer step: each of the task's phases in turn, over the step's
 /// micro-batches, then the optimizer on the phase's gradients. A task of several phases
 /// holds the micro-batches (its inputs, not their activations) until its last phase.
-pub async fn optimizer_step<T: TrainingTask>(
-    task: &T,
+pub fn optimizer_step<'a, T: TrainingTask>(
+    task: &'a T,
     networks: T::Networks,
-    optimizer: &mut ModuleOptimizer,
-    micro_batches: impl IntoIterator<Item = T::Batch>,
+    optimizer: &'a mut ModuleOptimizer,
+    micro_batches: impl IntoIterator<Item = T::Batch> + 'a,
     settings: StepSettings,
-    meter: &mut MemoryMeter,
-) -> Result<(T::Networks, StepOutcome), StepError> {
-    if task.phases().len() == 1 {
-        let (next, figures) =
-            phase_step(task, networks, 0, optimizer, micro_batches, settings, meter).await?;
-        return Ok((
-            next,
-            StepOutcome {
-                phases: vec![figures],
-            },
-        ));
-    }
-    let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
-    phased_step(
-        task,
-        networks,
-        optimizer,
-        |_| batches.clone(),
-        settings,
-        meter,
-    )
-    .await
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(T::Networks, StepOutcome), StepError>> {
+    let micro_batches: MicroBatches<'a, T::Batch> = Box::new(micro_batches.into_iter());
+    step_of(task, networks, optimizer, micro_batches, settings, meter)
+}
+
+/// [`optimizer_step`] of read micro-batches.
+fn step_of<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: T::Networks,
+    optimizer: &'a mut ModuleOptimizer,
+    micro_batches: MicroBatches<'a, T::Batch>,
+    settings: StepSettings,
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(T::Networks, StepOutcome), StepError>> {
+    Box::pin(async move {
+        if task.phases().len() == 1 {
+            let (next, figures) =
+                phase_step(task, networks, 0, optimizer, micro_batches, settings, meter).await?;
+            return Ok((
+                next,
+                StepOutcome {
+                    phases: vec![figures],
+                },
+            ));
+        }
+        let batches: Vec<T::Batch> = micro_batches.collect();
+        phased_step(
+            task,
+            networks,
+            optimizer,
+            move |_| batches.clone(),
+            settings,
+            meter,
+        )
+        .await
+    })
 }
 
 /// [`optimizer_step`] with each phase's own micro-batches of the step's examples
 /// (`micro_batches(phase)`): a phase that holds less per example (a GAN's discriminator
 /// beside its generator) takes larger micro-batches, and every phase still sees the
 /// whole step. Each phase's peak is measured apart ([`PhaseOutcome::peak_bytes`]).
-pub async fn phased_step<T: TrainingTask>(
-    task: &T,
+pub fn phased_step<'a, T: TrainingTask>(
+    task: &'a T,
     networks: T::Networks,
-    optimizer: &mut ModuleOptimizer,
-    mut micro_batches: impl FnMut(usize) -> Vec<T::Batch>,
+    optimizer: &'a mut ModuleOptimizer,
+    micro_batches: impl FnMut(usize) -> Vec<T::Batch> + 'a,
     settings: StepSettings,
-    meter: &mut MemoryMeter,
-) -> Result<(T::Networks, StepOutcome), StepError> {
-    let phases = task.phases().len();
-    let mut outcome = StepOutcome {
-        phases: Vec::with_capacity(phases),
-    };
-    // The earlier phases' updates reach the optimizer's state before a later phase may
-    // fail: the step works on a copy (its tensors are shared handles), kept only when every
-    // phase succeeded, so that a redone step starts from the same state.
-    let mut trial = optimizer.clone();
-    let mut networks = networks;
-    for phase in 0..phases {
-        let batches = micro_batches(phase);
-        let window = meter.open_window();
-        let stepped = phase_step(task, networks, phase, &mut trial, batches, settings, meter).await;
-        let peak_bytes = meter.close_window(window);
-        let (next, figures) = stepped.map_err(|error| StepError::InPhase {
-            phase: task.phases()[phase],
-            index: phase,
-            error: Box::new(error),
-        })?;
-        networks = next;
-        outcome.phases.push(PhaseOutcome {
-            peak_bytes,
-            ..figures
-        });
-    }
-    *optimizer = trial;
-    Ok((networks, outcome))
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(T::Networks, StepOutcome), StepError>> {
+    phases_of(
+        task,
+        networks,
+        optimizer,
+        Box::new(micro_batches),
+        settings,
+        meter,
+    )
+}
+
+/// [`phased_step`] with its micro-batches' maker boxed.
+#[allow(clippy::type_complexity)]
+fn phases_of<'a, T: TrainingTask>(
+    task: &'a T,
+    networks: T::Networks,
+    optimizer: &'a mut ModuleOptimizer,
+    mut micro_batches: Box<dyn FnMut(usize) -> Vec<T::Batch> + 'a>,
+    settings: StepSettings,
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(T::Networks, StepOutcome), StepError>> {
+    Box::pin(async move {
+        let phases = task.phases().len();
+        let mut outcome = StepOutcome {
+            phases: Vec::with_capacity(phases),
+        };
+        // The earlier phases' updates reach the optimizer's state before a later phase may
+        // fail: the step works on a copy (its tensors are shared handles), kept only when every
+        // phase succeeded, so that a redone step starts from the same state.
+        let mut trial = optimizer.clone();
+        let mut networks = networks;
+        for phase in 0..phases {
+            let batches = micro_batches(phase);
+            let window = meter.open_window();
+            let stepped = phase_step(
+                task,
+                networks,
+                phase,
+                &mut trial,
+                Box::new(batches.into_iter()),
+                settings,
+                meter,
+            )
+            .await;
+            let peak_bytes = meter.close_window(window);
+            let (next, figures) = stepped.map_err(|error| StepError::InPhase {
+                phase: task.phases()[phase],
+                index: phase,
+                error: Box::new(error),
+            })?;
+            networks = next;
+            outcome.phases.push(PhaseOutcome {
+                peak_bytes,
+                ..figures
+            });
+        }
+        *optimizer = trial;
+        Ok((networks, outcome))
+    })
 }
 
 /// One phase of a step: gradients over the micro-batches, loss scale undone, clipped, and
 /// the optimizer's update of the parameters they reach.
-async fn phase_step<T: TrainingTask>(
-    task: &T,
+fn phase_step<'a, T: TrainingTask>(
+    task: &'a T,
     networks: T::Networks,
     phase: usize,
-    optimizer: &mut ModuleOptimizer,
-    micro_batches: impl IntoIterator<Item = T::Batch>,
+    optimizer: &'a mut ModuleOptimizer,
+    micro_batches: MicroBatches<'a, T::Batch>,
     settings: StepSettings,
-    meter: &mut MemoryMeter,
-) -> Result<(T::Networks, PhaseOutcome), StepError> {
-    let StepSettings {
-        step_examples,
-        lr,
-        clip_norm,
-        warming_up,
-        precision,
-    } = settings;
-    let context = StepContext {
-        precision,
-        warming_up,
-    };
-    let (mut grads, loss, reported) = accumulate_gradients(
-        task,
-        &networks,
-        phase,
-        micro_batches,
-        step_examples,
-        context,
-        meter,
-    )
-    .await?;
-    if precision.loss_scale() != 1.0 {
-        scale_gradients(&networks, &mut grads, 1.0 / precision.loss_scale());
-    }
-    let grad_norm = match clip_norm {
-        Some(max) => clip_global_norm(&networks, &mut grads, max).await,
-        None => global_norm(&networks, &grads).await,
-    }?;
-    let gradient_bytes = gradient_bytes(&networks, &grads);
-    let networks = optimizer.step(task.learning_rate(phase, lr), networks, grads);
-    // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
-    // guarded: the plan's fixed cost already holds it.
-    let peak_bytes = meter.sample().peak_bytes;
-    Ok((
-        networks,
-        PhaseOutcome {
-            loss,
-            reported,
-            grad_norm,
-            peak_bytes,
-            gradient_bytes,
-        },
-    ))
+    meter: &'a mut MemoryMeter,
+) -> LocalFuture<'a, Result<(T::Networks, PhaseOutcome), StepError>> {
+    Box::pin(async move {
+        let StepSettings {
+            step_examples,
+            lr,
+            clip_norm,
+            warming_up,
+            precision,
+        } = settings;
+        let context = StepContext {
+            precision,
+            warming_up,
+        };
+        let (mut grads, loss, reported) = gradients_of(
+            task,
+            &networks,
+            phase,
+            micro_batches,
+            step_examples,
+            context,
+            meter,
+        )
+        .await?;
+        if precision.loss_scale() != 1.0 {
+            scale_gradients(&networks, &mut grads, 1.0 / precision.loss_scale());
+        }
+        let grad_norm = match clip_norm {
+            Some(max) => clip_global_norm(&networks, &mut grads, max).await,
+            None => global_norm(&networks, &grads).await,
+        }?;
+        let gradient_bytes = gradient_bytes(&networks, &grads);
+        let networks = optimizer.step(task.learning_rate(phase, lr), networks, grads);
+        // The optimizer's peak does not shrink with the micro-batch, so it is measured, not
+        // guarded: the plan's fixed cost already holds it.
+        let peak_bytes = meter.sample().peak_bytes;
+        Ok((
+            networks,
+            PhaseOutcome {
+                loss,
+                reported,
+                grad_norm,
+                peak_bytes,
+                gradient_bytes,
+            },
+        ))
+    })
 }
 
 /// f32 bytes of the parameters of `model` that `grads` holds a gradient for.
@@ -437,48 +516,52 @@ fn gradient_bytes<M: Module>(model: &M, grads: &GradientsParams) -> u64 {
 }
 
 /// L2 norm of all gradients together, as `torch.nn.utils.clip_grad_norm_` measures it.
-pub async fn global_norm<M: Module>(
-    model: &M,
-    grads: &GradientsParams,
-) -> Result<f64, ReadbackError> {
-    struct SumSquares<'a> {
-        grads: &'a GradientsParams,
-        total: Option<Tensor<1>>,
-    }
-    impl ModuleVisitor for SumSquares<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            if let Some(grad) = self.grads.get::<D>(param.id) {
-                let part = grad.square().sum();
-                self.total = Some(match self.total.take() {
-                    Some(total) => total + part,
-                    None => part,
-                });
+pub fn global_norm<'a, M: Module>(
+    model: &'a M,
+    grads: &'a GradientsParams,
+) -> LocalFuture<'a, Result<f64, ReadbackError>> {
+    Box::pin(async move {
+        struct SumSquares<'a> {
+            grads: &'a GradientsParams,
+            total: Option<Tensor<1>>,
+        }
+        impl ModuleVisitor for SumSquares<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if let Some(grad) = self.grads.get::<D>(param.id) {
+                    let part = grad.square().sum();
+                    self.total = Some(match self.total.take() {
+                        Some(total) => total + part,
+                        None => part,
+                    });
+                }
             }
         }
-    }
-    let mut visitor = SumSquares { grads, total: None };
-    model.visit(&mut visitor);
-    match visitor.total {
-        Some(total) => Ok((readback::scalar(total).await? as f64).sqrt()),
-        None => Ok(0.0),
-    }
+        let mut visitor = SumSquares { grads, total: None };
+        model.visit(&mut visitor);
+        match visitor.total {
+            Some(total) => Ok((readback::scalar(total).await? as f64).sqrt()),
+            None => Ok(0.0),
+        }
+    })
 }
 
 /// Scales all gradients together so that their global norm is at most `max_norm`, as
 /// `clip_grad_norm_` does. burn's own clipping works per parameter tensor, which changes
 /// the direction of the update; the model card asks for the global norm. Returns the norm
 /// before clipping.
-pub async fn clip_global_norm<M: Module>(
-    model: &M,
-    grads: &mut GradientsParams,
+pub fn clip_global_norm<'a, M: Module>(
+    model: &'a M,
+    grads: &'a mut GradientsParams,
     max_norm: f64,
-) -> Result<f64, ReadbackError> {
-    let norm = global_norm(model, grads).await?;
-    let scale = max_norm / (norm + 1e-6);
-    if scale < 1.0 {
-        scale_gradients(model, grads, scale as f32);
-    }
-    Ok(norm)
+) -> LocalFuture<'a, Result<f64, ReadbackError>> {
+    Box::pin(async move {
+        let norm = global_norm(model, grads).await?;
+        let scale = max_norm / (norm + 1e-6);
+        if scale < 1.0 {
+            scale_gradients(model, grads, scale as f32);
+        }
+        Ok(norm)
+    })
 }
 
 /// Multiplies every gradient by `factor`.

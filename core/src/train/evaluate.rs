@@ -4,6 +4,7 @@
 use crate::checkpoint::CheckpointFiles;
 use crate::config::TrainConfig;
 use crate::data::LoaderOptions;
+use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
@@ -18,16 +19,18 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 
     /// [`TaskTrainer::validation_loss`], awaited.
-    pub async fn validation_loss_async(&self) -> Result<f64, TrainError> {
-        let device = self.device.clone().without_autodiff();
-        self.task
-            .validation_loss(
-                &self.networks,
-                &self.data,
-                &device,
-                &EvalBatches::of(&self.config),
-            )
-            .await
+    pub fn validation_loss_async<'a>(&'a self) -> LocalFuture<'a, Result<f64, TrainError>> {
+        Box::pin(async move {
+            let device = self.device.clone().without_autodiff();
+            self.task
+                .validation_loss(
+                    &self.networks,
+                    &self.data,
+                    &device,
+                    &EvalBatches::of(&self.config),
+                )
+                .await
+        })
     }
 
     /// What the run is measured by on its test split (for a model: per-clip anomaly scores
@@ -38,44 +41,48 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 
     /// [`TaskTrainer::evaluate`], awaited.
-    pub async fn evaluate_async(&self) -> Result<Evaluation, TrainError> {
-        let device = self.device.clone().without_autodiff();
-        // Train files left out were reported when the run started; these are the test's.
-        self.task
-            .evaluate(
-                &self.networks,
-                &self.data,
-                &device,
-                &EvalBatches::of(&self.config),
-                Vec::new(),
-            )
-            .await
+    pub fn evaluate_async<'a>(&'a self) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
+        Box::pin(async move {
+            let device = self.device.clone().without_autodiff();
+            // Train files left out were reported when the run started; these are the test's.
+            self.task
+                .evaluate(
+                    &self.networks,
+                    &self.data,
+                    &device,
+                    &EvalBatches::of(&self.config),
+                    Vec::new(),
+                )
+                .await
+        })
     }
 }
 
 /// Scores `config`'s test split with the networks of task `T` saved in `files`, standardised
 /// as the saved run was.
-pub async fn evaluate_saved<T: RunTask>(
+pub fn evaluate_saved<'a, T: RunTask>(
     files: CheckpointFiles,
-    dir: &std::path::Path,
+    dir: &'a std::path::Path,
     config: TrainConfig,
     loader: LoaderOptions,
-) -> Result<Evaluation, TrainError> {
-    let device = config.target().training_device(false)?;
-    let loaded = files.decode_task(dir, &device, |task: &T| {
-        (task.networks(&device), task.optimizer())
-    })?;
-    let task: T = config.model.config()?;
-    let (task, mut data) = task.open(&config, &loader)?;
-    data.keep_normalization(loaded.state.normalization);
-    let plain = device.without_autodiff();
-    let skipped = data.skipped();
-    task.evaluate(
-        &loaded.model,
-        &data,
-        &plain,
-        &EvalBatches::of(&config),
-        skipped,
-    )
-    .await
+) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
+    Box::pin(async move {
+        let device = config.target().training_device(false)?;
+        let loaded = files.decode_task(dir, &device, |task: &T| {
+            (task.networks(&device), task.optimizer())
+        })?;
+        let task: T = config.model.config()?;
+        let (task, mut data) = task.open(&config, &loader)?;
+        data.keep_normalization(loaded.state.normalization);
+        let plain = device.without_autodiff();
+        let skipped = data.skipped();
+        task.evaluate(
+            &loaded.model,
+            &data,
+            &plain,
+            &EvalBatches::of(&config),
+            skipped,
+        )
+        .await
+    })
 }

@@ -6,6 +6,7 @@ use crate::data::{LoaderOptions, OnBadFile};
 use crate::events::{Event, EventSink};
 use crate::memory::MemoryMeter;
 use crate::plan::{PhasePins, PlanError, Planning, PlanningError, Prepared, RunShare};
+use crate::readback::LocalFuture;
 
 use super::run_task::{RunTask, TaskData};
 use super::{RunOptions, TrainError, counted};
@@ -21,20 +22,23 @@ pub(super) struct Planned {
 /// Plans the run when asked, before its networks exist, so that the dry-run measures the
 /// step alone; the config takes the plan's micro-batch, patches, accumulation and
 /// checkpointing. `data`: the run's, checked (its read-ahead counts).
-pub(super) async fn plan_run<T: RunTask>(
-    config: &mut TrainConfig,
-    task: &T,
-    data: &T::Data,
-    options: &RunOptions,
-) -> Result<Planned, TrainError> {
-    let Some(planning) = &options.planning else {
-        return Ok(Planned::default());
-    };
-    let mut events = Vec::new();
-    let prepared = prepare_run(config, task, data, planning, &options.loader, &mut events).await?;
-    Ok(Planned {
-        prepared: Some(prepared),
-        events,
+pub(super) fn plan_run<'a, T: RunTask>(
+    config: &'a mut TrainConfig,
+    task: &'a T,
+    data: &'a T::Data,
+    options: &'a RunOptions,
+) -> LocalFuture<'a, Result<Planned, TrainError>> {
+    Box::pin(async move {
+        let Some(planning) = &options.planning else {
+            return Ok(Planned::default());
+        };
+        let mut events = Vec::new();
+        let prepared =
+            prepare_run(config, task, data, planning, &options.loader, &mut events).await?;
+        Ok(Planned {
+            prepared: Some(prepared),
+            events,
+        })
     })
 }
 
@@ -47,141 +51,149 @@ const LEAVE_OUT_ROUNDS: usize = 3;
 /// plan within the budget can hold are left out too (listed with the skipped files;
 /// `PlanError::DoesNotFit` says how long an example one step can hold is), and the task is
 /// fitted and planned again without them; otherwise the error names the longest.
-pub(super) async fn fit_and_plan<T: RunTask>(
-    config: &mut TrainConfig,
+pub(super) fn fit_and_plan<'a, T: RunTask>(
+    config: &'a mut TrainConfig,
     task: T,
-    data: &mut T::Data,
-    planning: &Planning,
-    loader: &LoaderOptions,
-    sink: &mut dyn EventSink,
-) -> Result<(T, Prepared), TrainError> {
-    let mut task = task.for_data(data)?;
-    let mut rounds = 0;
-    loop {
-        let prepared = prepare_run(config, &task, data, planning, loader, sink).await;
-        let fitting = match &prepared {
-            Err(TrainError::LongestDoesNotFit {
-                error:
-                    PlanningError::Plan(PlanError::DoesNotFit {
-                        longest_fitting: Some(frames),
-                        ..
-                    }),
-                ..
-            }) if loader.on_bad_file == OnBadFile::Skip && rounds < LEAVE_OUT_ROUNDS => *frames,
-            _ => return prepared.map(|prepared| (task, prepared)),
-        };
-        rounds += 1;
-        // With every train example left out there is nothing to train: the error, which
-        // names the longest and what the budget leaves, says more.
-        let left_out = data.leave_out_longer_than(fitting);
-        if left_out == 0 || data.train_examples() == 0 {
-            return prepared.map(|prepared| (task, prepared));
+    data: &'a mut T::Data,
+    planning: &'a Planning,
+    loader: &'a LoaderOptions,
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<(T, Prepared), TrainError>> {
+    Box::pin(async move {
+        let mut task = task.for_data(data)?;
+        let mut rounds = 0;
+        loop {
+            let prepared = prepare_run(config, &task, data, planning, loader, sink).await;
+            let fitting = match &prepared {
+                Err(TrainError::LongestDoesNotFit {
+                    error:
+                        PlanningError::Plan(PlanError::DoesNotFit {
+                            longest_fitting: Some(frames),
+                            ..
+                        }),
+                    ..
+                }) if loader.on_bad_file == OnBadFile::Skip && rounds < LEAVE_OUT_ROUNDS => *frames,
+                _ => return prepared.map(|prepared| (task, prepared)),
+            };
+            rounds += 1;
+            // With every train example left out there is nothing to train: the error, which
+            // names the longest and what the budget leaves, says more.
+            let left_out = data.leave_out_longer_than(fitting);
+            if left_out == 0 || data.train_examples() == 0 {
+                return prepared.map(|prepared| (task, prepared));
+            }
+            // The dataset report lists each one with the skipped files; no warning on top.
+            tracing::info!(
+                left_out,
+                longest = fitting,
+                "examples longer than any plan can hold are left out"
+            );
+            task = task.for_data(data)?;
         }
-        // The dataset report lists each one with the skipped files; no warning on top.
-        tracing::info!(
-            left_out,
-            longest = fitting,
-            "examples longer than any plan can hold are left out"
-        );
-        task = task.for_data(data)?;
-    }
+    })
 }
 
 /// Plans with what the run will hold beside its steps, and gives `config` the plan's split.
-pub(super) async fn prepare_run<T: RunTask>(
-    config: &mut TrainConfig,
-    task: &T,
-    data: &T::Data,
-    planning: &Planning,
-    loader: &LoaderOptions,
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, TrainError> {
-    let plain = config.target().device()?;
-    let share = RunShare {
-        resident_bytes: MemoryMeter::new(config.backend, &plain)
-            .sample()
-            .allocated_bytes,
-        read_ahead: counted(config, data.read_ahead(config, loader)),
-    };
-    let lengths = data.lengths();
-    let prepared =
-        crate::plan::prepare_by_length(config.target(), task, planning, share, &lengths, sink)
-            .await
-            .map_err(|error| match (&error, data.longest()) {
-                // A plan by length that cannot hold one longest example names it.
-                (PlanningError::Plan(PlanError::DoesNotFit { .. }), Some(example))
-                    if !lengths.is_empty() =>
-                {
-                    TrainError::LongestDoesNotFit { example, error }
-                }
-                _ => error.into(),
-            })?;
-    let plan = &prepared.plan;
-    config.set_split(plan.split());
-    let phases: Vec<usize> = plan.phases.iter().map(|p| p.micro_batch).collect();
-    config.set_phase_micro_batches(&phases);
-    config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());
-    config.checkpointing = plan.checkpointing;
-    config.precision = plan.precision;
-    Ok(prepared)
+pub(super) fn prepare_run<'a, T: RunTask>(
+    config: &'a mut TrainConfig,
+    task: &'a T,
+    data: &'a T::Data,
+    planning: &'a Planning,
+    loader: &'a LoaderOptions,
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<Prepared, TrainError>> {
+    Box::pin(async move {
+        let plain = config.target().device()?;
+        let share = RunShare {
+            resident_bytes: MemoryMeter::new(config.backend, &plain)
+                .sample()
+                .allocated_bytes,
+            read_ahead: counted(config, data.read_ahead(config, loader)),
+        };
+        let lengths = data.lengths();
+        let prepared =
+            crate::plan::prepare_by_length(config.target(), task, planning, share, &lengths, sink)
+                .await
+                .map_err(|error| match (&error, data.longest()) {
+                    // A plan by length that cannot hold one longest example names it.
+                    (PlanningError::Plan(PlanError::DoesNotFit { .. }), Some(example))
+                        if !lengths.is_empty() =>
+                    {
+                        TrainError::LongestDoesNotFit { example, error }
+                    }
+                    _ => error.into(),
+                })?;
+        let plan = &prepared.plan;
+        config.set_split(plan.split());
+        let phases: Vec<usize> = plan.phases.iter().map(|p| p.micro_batch).collect();
+        config.set_phase_micro_batches(&phases);
+        config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());
+        config.checkpointing = plan.checkpointing;
+        config.precision = plan.precision;
+        Ok(prepared)
+    })
 }
 
 /// The plan a fresh run of task `task` on `config` would train with, made as
 /// [`super::TaskTrainer::new`] makes it (the dataset opened and checked first, so its memory
 /// and the read-ahead count), without training. Reports the `dry_run` and `plan` events.
-pub async fn plan_task<T: RunTask>(
+pub fn plan_task<'a, T: RunTask>(
     mut config: TrainConfig,
     task: T,
-    planning: &Planning,
-    loader: &LoaderOptions,
-    sink: &mut dyn EventSink,
-) -> Result<Prepared, TrainError> {
-    config.validate()?;
-    let (task, mut data) = task.open(&config, loader)?;
-    data.check()?;
-    fit_and_plan(&mut config, task, &mut data, planning, loader, sink)
-        .await
-        .map(|(_, prepared)| prepared)
+    planning: &'a Planning,
+    loader: &'a LoaderOptions,
+    sink: &'a mut dyn EventSink,
+) -> LocalFuture<'a, Result<Prepared, TrainError>> {
+    Box::pin(async move {
+        config.validate()?;
+        let (task, mut data) = task.open(&config, loader)?;
+        data.check()?;
+        fit_and_plan(&mut config, task, &mut data, planning, loader, sink)
+            .await
+            .map(|(_, prepared)| prepared)
+    })
 }
 
 /// Planning for a resumed run: it keeps its effective batch and patches per spectrogram
 /// (they decide what each step reads), and first tries its saved split, unless the user
 /// named another; only when that does not fit is the split planned afresh.
-pub(super) async fn replan_resumed<T: RunTask>(
-    config: &mut TrainConfig,
-    task: &T,
-    data: &T::Data,
-    options: &RunOptions,
-) -> Result<Planned, TrainError> {
-    let Some(asked) = options.planning else {
-        return Ok(Planned::default());
-    };
-    let mut keep = asked;
-    keep.effective_batch = config.effective_batch();
-    keep.fixed.n_patches = Some(config.n_patches);
-    let mut saved = keep;
-    // A run split by length is planned by length again unless a count is named.
-    saved.fixed.micro_batch = asked
-        .fixed
-        .micro_batch
-        .or((config.length_buckets.is_none()).then_some(config.micro_batch));
-    // A run whose phases were cut apart tries each phase's own cut again.
-    if asked.fixed.micro_batch.is_none() {
-        saved.fixed.phase_micro_batches = PhasePins::of(&config.phase_micro_batches);
-    }
-    saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
-    saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
-    let with = |planning| RunOptions {
-        planning: Some(planning),
-        loader: options.loader.clone(),
-        ..RunOptions::default()
-    };
-    match plan_run(config, task, data, &with(saved)).await {
-        Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
-            if saved != keep =>
-        {
-            plan_run(config, task, data, &with(keep)).await
+pub(super) fn replan_resumed<'a, T: RunTask>(
+    config: &'a mut TrainConfig,
+    task: &'a T,
+    data: &'a T::Data,
+    options: &'a RunOptions,
+) -> LocalFuture<'a, Result<Planned, TrainError>> {
+    Box::pin(async move {
+        let Some(asked) = options.planning else {
+            return Ok(Planned::default());
+        };
+        let mut keep = asked;
+        keep.effective_batch = config.effective_batch();
+        keep.fixed.n_patches = Some(config.n_patches);
+        let mut saved = keep;
+        // A run split by length is planned by length again unless a count is named.
+        saved.fixed.micro_batch = asked
+            .fixed
+            .micro_batch
+            .or((config.length_buckets.is_none()).then_some(config.micro_batch));
+        // A run whose phases were cut apart tries each phase's own cut again.
+        if asked.fixed.micro_batch.is_none() {
+            saved.fixed.phase_micro_batches = PhasePins::of(&config.phase_micro_batches);
         }
-        other => other,
-    }
+        saved.fixed.checkpointing = asked.fixed.checkpointing.or(Some(config.checkpointing));
+        saved.fixed.precision = asked.fixed.precision.or(Some(config.precision));
+        let with = |planning| RunOptions {
+            planning: Some(planning),
+            loader: options.loader.clone(),
+            ..RunOptions::default()
+        };
+        match plan_run(config, task, data, &with(saved)).await {
+            Err(TrainError::Planning(PlanningError::Plan(PlanError::DoesNotFit { .. })))
+                if saved != keep =>
+            {
+                plan_run(config, task, data, &with(keep)).await
+            }
+            other => other,
+        }
+    })
 }

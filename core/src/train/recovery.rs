@@ -5,6 +5,7 @@
 use crate::config::TrainConfig;
 use crate::events::{Event, EventSink, RecoveryReport};
 use crate::plan::{PlanningError, ReadAhead};
+use crate::readback::LocalFuture;
 use crate::step;
 
 use super::run_task::{RunTask, TaskData};
@@ -50,141 +51,145 @@ impl<T: RunTask> TaskTrainer<T> {
     /// After an out-of-memory step: free what it held, split the effective batch finer, and
     /// let the loop redo the step. Nothing of the model or optimizer changed (see
     /// [`step::StepError`]), so the redone step is the step a smaller plan would have run.
-    pub(super) async fn recover(
-        &mut self,
+    pub(super) fn recover<'a>(
+        &'a mut self,
         error: step::StepError,
         in_a_row: u32,
-        sink: &mut dyn EventSink,
-    ) -> Result<(), TrainError> {
-        self.meter.cleanup();
-        let c = &self.config;
-        let n = c.n_patches;
-        // A task of several phases cut apart shrinks only the phase that ran out; the
-        // others keep their micro-batches (a shared cut becomes each phase's own first).
-        // On a device pool the phases share its pages, and the step shrinks as one (the
-        // planner cuts them alike there: `plan::calibrate::fit`).
-        let pooled = !c.backend.is_host();
-        let phase = error
-            .phase()
-            .filter(|_| c.length_buckets.is_none() && !pooled)
-            .filter(|&p| p < self.task.phases().len());
-        let mut phase_mbs = match phase {
-            Some(_) if c.phase_micro_batches.is_empty() => {
-                vec![c.micro_batch; self.task.phases().len()]
-            }
-            Some(_) => c.phase_micro_batches.clone(),
-            None => Vec::new(),
-        };
-        let (mb, acc) = match phase {
-            Some(p) => (phase_mbs[p], c.phase_split(p).accumulation),
-            None => (c.micro_batch, c.accumulation),
-        };
-        let mut halved_buckets = None;
-        let next = if in_a_row > MAX_RECOVERIES_IN_A_ROW {
-            None
-        } else if let Some(buckets) = &c.length_buckets {
-            // By length: every bucket's cap halves, and the step is packed again.
-            halved_buckets = buckets.halved();
-            halved_buckets.as_ref().map(|b| b.longest_cap())
-        } else {
-            self.recovery_micro_batch(&error, mb, phase).await?
-        };
-        let Some(to_mb) = next else {
-            let saved = match self.checkpoint(sink) {
-                Ok(()) if self.options.out_dir.is_some() => Some(self.step),
-                _ => None,
+        sink: &'a mut dyn EventSink,
+    ) -> LocalFuture<'a, Result<(), TrainError>> {
+        Box::pin(async move {
+            self.meter.cleanup();
+            let c = &self.config;
+            let n = c.n_patches;
+            // A task of several phases cut apart shrinks only the phase that ran out; the
+            // others keep their micro-batches (a shared cut becomes each phase's own first).
+            // On a device pool the phases share its pages, and the step shrinks as one (the
+            // planner cuts them alike there: `plan::calibrate::fit`).
+            let pooled = !c.backend.is_host();
+            let phase = error
+                .phase()
+                .filter(|_| c.length_buckets.is_none() && !pooled)
+                .filter(|&p| p < self.task.phases().len());
+            let mut phase_mbs = match phase {
+                Some(_) if c.phase_micro_batches.is_empty() => {
+                    vec![c.micro_batch; self.task.phases().len()]
+                }
+                Some(_) => c.phase_micro_batches.clone(),
+                None => Vec::new(),
             };
-            return Err(TrainError::OutOfMemory {
-                step: self.step + 1,
-                recoveries: in_a_row - 1,
-                micro_batch: mb,
-                n_patches: n,
-                detail: error.to_string(),
-                saved,
-            });
-        };
-        tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
-        match phase {
-            Some(p) => {
-                phase_mbs[p] = to_mb;
-                self.config.set_phase_micro_batches(&phase_mbs);
+            let (mb, acc) = match phase {
+                Some(p) => (phase_mbs[p], c.phase_split(p).accumulation),
+                None => (c.micro_batch, c.accumulation),
+            };
+            let mut halved_buckets = None;
+            let next = if in_a_row > MAX_RECOVERIES_IN_A_ROW {
+                None
+            } else if let Some(buckets) = &c.length_buckets {
+                // By length: every bucket's cap halves, and the step is packed again.
+                halved_buckets = buckets.halved();
+                halved_buckets.as_ref().map(|b| b.longest_cap())
+            } else {
+                self.recovery_micro_batch(&error, mb, phase).await?
+            };
+            let Some(to_mb) = next else {
+                let saved = match self.checkpoint(sink) {
+                    Ok(()) if self.options.out_dir.is_some() => Some(self.step),
+                    _ => None,
+                };
+                return Err(TrainError::OutOfMemory {
+                    step: self.step + 1,
+                    recoveries: in_a_row - 1,
+                    micro_batch: mb,
+                    n_patches: n,
+                    detail: error.to_string(),
+                    saved,
+                });
+            };
+            tracing::warn!(step = self.step + 1, %error, to_mb, "out of memory; shrinking the micro-batch");
+            match phase {
+                Some(p) => {
+                    phase_mbs[p] = to_mb;
+                    self.config.set_phase_micro_batches(&phase_mbs);
+                }
+                None => self.config.set_micro_batch(to_mb),
             }
-            None => self.config.set_micro_batch(to_mb),
-        }
-        if halved_buckets.is_some() {
-            self.config.length_buckets = halved_buckets;
-        }
-        self.data.stream(&self.config, &self.options.loader);
-        let to_accumulation = match phase {
-            Some(p) => self.config.phase_split(p).accumulation,
-            None => self.config.accumulation,
-        };
-        sink.emit(Event::Recovery(RecoveryReport {
-            step: self.step + 1,
-            error: error.to_string(),
-            from_micro_batch: mb,
-            to_micro_batch: to_mb,
-            n_patches: n,
-            from_accumulation: acc,
-            to_accumulation,
-            effective_batch: self.config.effective_batch(),
-            in_a_row,
-            phase: phase.map(|p| self.task.phases()[p].to_string()),
-        }));
-        Ok(())
+            if halved_buckets.is_some() {
+                self.config.length_buckets = halved_buckets;
+            }
+            self.data.stream(&self.config, &self.options.loader);
+            let to_accumulation = match phase {
+                Some(p) => self.config.phase_split(p).accumulation,
+                None => self.config.accumulation,
+            };
+            sink.emit(Event::Recovery(RecoveryReport {
+                step: self.step + 1,
+                error: error.to_string(),
+                from_micro_batch: mb,
+                to_micro_batch: to_mb,
+                n_patches: n,
+                from_accumulation: acc,
+                to_accumulation,
+                effective_batch: self.config.effective_batch(),
+                in_a_row,
+                phase: phase.map(|p| self.task.phases()[p].to_string()),
+            }));
+            Ok(())
+        })
     }
 
     /// The micro-batch to redo an out-of-memory step with: re-planned from the measured
     /// steps (the run's own kind of step, calibrated now when the run was not planned; the
     /// phase's own where `phase` ran out) and the peak this step reached, or half when the
     /// device failed without a reading.
-    pub(super) async fn recovery_micro_batch(
-        &mut self,
-        error: &step::StepError,
+    pub(super) fn recovery_micro_batch<'a>(
+        &'a mut self,
+        error: &'a step::StepError,
         micro_batch: usize,
         phase: Option<usize>,
-    ) -> Result<Option<usize>, TrainError> {
-        let step::StepError::OverBudget(over) = error.cause() else {
-            return Ok(halve(micro_batch));
-        };
-        // What calibrating leaves allocated (flex keeps some of it) is held beside every
-        // later step: the failed peak is moved up by it.
-        let mut grown = 0;
-        if self.calibration.is_none() {
-            let before = self.meter.sample().allocated_bytes;
-            let calibration = crate::plan::calibrate::calibrate_only(
-                self.config.target(),
-                &self.task,
-                self.config.precision,
-                self.config.checkpointing,
+    ) -> LocalFuture<'a, Result<Option<usize>, TrainError>> {
+        Box::pin(async move {
+            let step::StepError::OverBudget(over) = error.cause() else {
+                return Ok(halve(micro_batch));
+            };
+            // What calibrating leaves allocated (flex keeps some of it) is held beside every
+            // later step: the failed peak is moved up by it.
+            let mut grown = 0;
+            if self.calibration.is_none() {
+                let before = self.meter.sample().allocated_bytes;
+                let calibration = crate::plan::calibrate::calibrate_only(
+                    self.config.target(),
+                    &self.task,
+                    self.config.precision,
+                    self.config.checkpointing,
+                )
+                .await
+                .map_err(PlanningError::from)?;
+                self.calibration = Some(calibration);
+                // Calibrating filled the run's device pool; the redone step is measured against
+                // the budget from what the pool holds, so those pages go back first.
+                self.meter.cleanup();
+                grown = self.meter.sample().allocated_bytes.saturating_sub(before);
+            }
+            let Some(calibration) = &self.calibration else {
+                return Ok(halve(micro_batch));
+            };
+            let read_ahead = counted(
+                &self.config,
+                self.data.read_ahead(&self.config, &self.options.loader),
+            );
+            let memory = phase
+                .and_then(|p| calibration.phases.get(p))
+                .unwrap_or(&calibration.memory);
+            Ok(refit_micro_batch(
+                memory,
+                read_ahead,
+                &self.config,
+                micro_batch,
+                over.peak_bytes + grown,
+                over.budget_bytes,
             )
-            .await
-            .map_err(PlanningError::from)?;
-            self.calibration = Some(calibration);
-            // Calibrating filled the run's device pool; the redone step is measured against
-            // the budget from what the pool holds, so those pages go back first.
-            self.meter.cleanup();
-            grown = self.meter.sample().allocated_bytes.saturating_sub(before);
-        }
-        let Some(calibration) = &self.calibration else {
-            return Ok(halve(micro_batch));
-        };
-        let read_ahead = counted(
-            &self.config,
-            self.data.read_ahead(&self.config, &self.options.loader),
-        );
-        let memory = phase
-            .and_then(|p| calibration.phases.get(p))
-            .unwrap_or(&calibration.memory);
-        Ok(refit_micro_batch(
-            memory,
-            read_ahead,
-            &self.config,
-            micro_batch,
-            over.peak_bytes + grown,
-            over.budget_bytes,
-        )
-        .or_else(|| halve(micro_batch)))
+            .or_else(|| halve(micro_batch)))
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::checkpoint::{self, CheckpointFiles, CheckpointState, RngState};
 use crate::events::{Event, EventSink, PictureReport};
+use crate::readback::LocalFuture;
 
 use super::run_task::{RunTask, TaskData};
 use super::{TaskTrainer, TrainError};
@@ -28,19 +29,20 @@ impl<T: RunTask> TaskTrainer<T> {
     /// Draws what the networks make now, when the task draws anything, and writes it as
     /// `samples/step-NNNNNNNN.png` in the run's folder. A picture that cannot be written is
     /// a warning: the run goes on, and the event carries the picture without a path.
-    pub(super) async fn draw_picture(
-        &mut self,
-        sink: &mut dyn EventSink,
-    ) -> Result<(), TrainError> {
-        let plain = self.device.clone().without_autodiff();
-        let Some((picture, about)) = self
-            .task
-            .picture(&self.networks, &self.data, &plain)
-            .await?
-        else {
-            return Ok(());
-        };
-        let path = self.options.out_dir.as_ref().and_then(|out| {
+    pub(super) fn draw_picture<'a>(
+        &'a mut self,
+        sink: &'a mut dyn EventSink,
+    ) -> LocalFuture<'a, Result<(), TrainError>> {
+        Box::pin(async move {
+            let plain = self.device.clone().without_autodiff();
+            let Some((picture, about)) = self
+                .task
+                .picture(&self.networks, &self.data, &plain)
+                .await?
+            else {
+                return Ok(());
+            };
+            let path = self.options.out_dir.as_ref().and_then(|out| {
             let path = out
                 .join("samples")
                 .join(format!("step-{:08}.png", self.step));
@@ -60,13 +62,14 @@ impl<T: RunTask> TaskTrainer<T> {
                 }
             }
         });
-        sink.emit(Event::Picture(PictureReport {
-            step: self.step,
-            about,
-            path,
-            picture,
-        }));
-        Ok(())
+            sink.emit(Event::Picture(PictureReport {
+                step: self.step,
+                about,
+                path,
+                picture,
+            }));
+            Ok(())
+        })
     }
 
     /// The checkpoint of the run as it stands, in memory (what a web page offers as

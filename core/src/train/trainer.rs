@@ -8,6 +8,7 @@ use crate::events::{DatasetReport, RunInfo};
 use crate::memory::MemoryMeter;
 use crate::model::ModelSpec;
 use crate::plan::Plan;
+use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 
@@ -23,50 +24,55 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 
     /// [`TaskTrainer::new`], awaited.
-    pub async fn new_async(config: TrainConfig, options: RunOptions) -> Result<Self, TrainError> {
-        config.validate()?;
-        let task: T = config.model.config()?;
-        // A fresh run never writes over another run's checkpoints.
-        if let Some(dir) = &options.out_dir
-            && let Ok(state) = checkpoint::read_state(dir)
-        {
-            return Err(TrainError::OutDirInUse {
-                dir: dir.clone(),
-                step: state.step,
-            });
-        }
-        let (task, mut data) = task.open(&config, &options.loader)?;
-        data.check()?;
-        let mut config = config;
-        let (task, planned) = match &options.planning {
-            Some(planning) => {
-                let mut events = Vec::new();
-                let (task, prepared) = fit_and_plan(
-                    &mut config,
-                    task,
-                    &mut data,
-                    planning,
-                    &options.loader,
-                    &mut events,
-                )
-                .await?;
-                let prepared = Some(prepared);
-                (task, Planned { prepared, events })
+    pub fn new_async(
+        config: TrainConfig,
+        options: RunOptions,
+    ) -> LocalFuture<'static, Result<Self, TrainError>> {
+        Box::pin(async move {
+            config.validate()?;
+            let task: T = config.model.config()?;
+            // A fresh run never writes over another run's checkpoints.
+            if let Some(dir) = &options.out_dir
+                && let Ok(state) = checkpoint::read_state(dir)
+            {
+                return Err(TrainError::OutDirInUse {
+                    dir: dir.clone(),
+                    step: state.step,
+                });
             }
-            None => (task.for_data(&data)?, Planned::default()),
-        };
-        config.model = ModelSpec::of(&task);
-        let device = config.target().training_device(config.checkpointing)?;
-        device.seed(config.seed);
-        let networks = task.networks(&device);
-        let start = Start {
-            device,
-            networks,
-            optimizer: task.optimizer(),
-            step: 0,
-            normalization: None,
-        };
-        Self::assemble(config, task, options, start, data, planned)
+            let (task, mut data) = task.open(&config, &options.loader)?;
+            data.check()?;
+            let mut config = config;
+            let (task, planned) = match &options.planning {
+                Some(planning) => {
+                    let mut events = Vec::new();
+                    let (task, prepared) = fit_and_plan(
+                        &mut config,
+                        task,
+                        &mut data,
+                        planning,
+                        &options.loader,
+                        &mut events,
+                    )
+                    .await?;
+                    let prepared = Some(prepared);
+                    (task, Planned { prepared, events })
+                }
+                None => (task.for_data(&data)?, Planned::default()),
+            };
+            config.model = ModelSpec::of(&task);
+            let device = config.target().training_device(config.checkpointing)?;
+            device.seed(config.seed);
+            let networks = task.networks(&device);
+            let start = Start {
+                device,
+                networks,
+                optimizer: task.optimizer(),
+                step: 0,
+                normalization: None,
+            };
+            Self::assemble(config, task, options, start, data, planned)
+        })
     }
 
     /// Continues the run saved at `path`, with the `changes` a resumed run may make (a longer
@@ -82,44 +88,48 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 
     /// [`TaskTrainer::resume`], awaited.
-    pub async fn resume_async(
-        path: &std::path::Path,
-        changes: &ResumeChanges,
+    pub fn resume_async<'a>(
+        path: &'a std::path::Path,
+        changes: &'a ResumeChanges,
         options: RunOptions,
-    ) -> Result<Self, TrainError> {
-        let (files, dir) = CheckpointFiles::read(path)?;
-        Self::resume_files_async(files, &dir, changes, options).await
+    ) -> LocalFuture<'a, Result<Self, TrainError>> {
+        Box::pin(async move {
+            let (files, dir) = CheckpointFiles::read(path)?;
+            Self::resume_files_async(files, &dir, changes, options).await
+        })
     }
 
     /// [`TaskTrainer::resume_async`] from a checkpoint's files already in memory (a page's
     /// upload); `name` is what errors call the checkpoint.
-    pub async fn resume_files_async(
+    pub fn resume_files_async<'a>(
         files: CheckpointFiles,
-        name: &std::path::Path,
-        changes: &ResumeChanges,
+        name: &'a std::path::Path,
+        changes: &'a ResumeChanges,
         options: RunOptions,
-    ) -> Result<Self, TrainError> {
-        let mut config = files.state(name)?.config;
-        let task: T = config.model.config()?;
-        changes.apply(&mut config);
-        let (task, mut data) = task.open(&config, &options.loader)?;
-        // The same check as at the start, so the same bad files are left out; the
-        // normalization stays the saved one.
-        data.check()?;
-        // A resumed run may be planned again (another device, another budget).
-        let planned = replan_resumed(&mut config, &task, &data, &options).await?;
-        let device = config.target().training_device(config.checkpointing)?;
-        let loaded = files.decode_task(name, &device, |task: &T| {
-            (task.networks(&device), task.optimizer())
-        })?;
-        let start = Start {
-            device,
-            networks: loaded.model,
-            optimizer: loaded.optimizer,
-            step: loaded.state.step,
-            normalization: Some(loaded.state.normalization),
-        };
-        Self::assemble(config, task, options, start, data, planned)
+    ) -> LocalFuture<'a, Result<Self, TrainError>> {
+        Box::pin(async move {
+            let mut config = files.state(name)?.config;
+            let task: T = config.model.config()?;
+            changes.apply(&mut config);
+            let (task, mut data) = task.open(&config, &options.loader)?;
+            // The same check as at the start, so the same bad files are left out; the
+            // normalization stays the saved one.
+            data.check()?;
+            // A resumed run may be planned again (another device, another budget).
+            let planned = replan_resumed(&mut config, &task, &data, &options).await?;
+            let device = config.target().training_device(config.checkpointing)?;
+            let loaded = files.decode_task(name, &device, |task: &T| {
+                (task.networks(&device), task.optimizer())
+            })?;
+            let start = Start {
+                device,
+                networks: loaded.model,
+                optimizer: loaded.optimizer,
+                step: loaded.state.step,
+                normalization: Some(loaded.state.normalization),
+            };
+            Self::assemble(config, task, options, start, data, planned)
+        })
     }
 
     fn assemble(
