@@ -166,7 +166,10 @@ pub fn resample(audio: &Audio, to: u32) -> Result<Audio, FileProblem> {
         return Ok(audio.clone());
     }
     let bad = |e: &dyn std::fmt::Display| FileProblem::Resample(e.to_string());
-    let mut resampler = Fft::<f32>::new(
+    // In f64, the log-mel frontend's FFT type: in f32 the resampler instantiated rustfft's
+    // FFTs a second time, and this crate's release build took 77 s of CPU instead of 48
+    // (rustfft's code was 59% of its optimised IR; docs/BENCHMARKS.md, "CI", session 43).
+    let mut resampler = Fft::<f64>::new(
         audio.sample_rate as usize,
         to as usize,
         1024,
@@ -174,14 +177,15 @@ pub fn resample(audio: &Audio, to: u32) -> Result<Audio, FileProblem> {
         FixedSync::Both,
     )
     .map_err(|e| bad(&e))?;
-    let frames = audio.samples.len();
-    let input = InterleavedSlice::new(&audio.samples[..], 1, frames).map_err(|e| bad(&e))?;
+    let samples: Vec<f64> = audio.samples.iter().map(|&s| f64::from(s)).collect();
+    let frames = samples.len();
+    let input = InterleavedSlice::new(&samples[..], 1, frames).map_err(|e| bad(&e))?;
     let output = resampler
         .process_all(&input, frames, None)
         .map_err(|e| bad(&e))?;
     Ok(Audio {
         sample_rate: to,
-        samples: output.take_data(),
+        samples: output.take_data().into_iter().map(|s| s as f32).collect(),
     })
 }
 
