@@ -1,7 +1,6 @@
 //! Measures real training steps on the device to fit the memory and speed models: the
 //! planner predicts from what this device did, not from a table.
 
-use crate::readback::LocalFuture;
 use web_time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -13,7 +12,7 @@ pub use crate::events::planned::StepMeasurement;
 use crate::events::planned::{PagedStep, PhaseMeasurement};
 use crate::memory::MemoryMeter;
 use crate::precision::Precision;
-use crate::readback;
+use crate::readback::{self, LocalFuture};
 use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::split::Split;
 use crate::step::{StepError, StepSettings, optimizer_step, phased_step};

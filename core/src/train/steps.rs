@@ -1,11 +1,11 @@
 //! The loop: steps of micro-batches until the run's length or a stop, with validation,
 //! checkpoints, memory cleanups and the task's warm-up end on the way.
 
-use crate::readback::LocalFuture;
 use web_time::Instant;
 
 use crate::budget::Budget;
 use crate::events::{Event, EventSink, PhaseReport, StepReport};
+use crate::readback::LocalFuture;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::readback::block_on;
 use crate::step;
