@@ -16,6 +16,9 @@ use crate::task::{Coupling, StepContext, TrainingTask};
 /// A step's micro-batches, read one at a time as the step takes them.
 type MicroBatches<'a, B> = Box<dyn Iterator<Item = B> + 'a>;
 
+/// Each phase's micro-batches of a step, made when the phase starts.
+type PhaseMicroBatches<'a, B> = Box<dyn FnMut(usize) -> Vec<B> + 'a>;
+
 /// Why a step could not finish. Nothing of the networks or the optimizer has changed when
 /// one of these comes back: a phase's update runs only after every micro-batch of it has
 /// succeeded, and a step of several phases keeps its updates only when all succeeded.
@@ -229,7 +232,7 @@ fn gradients_of<'a, T: TrainingTask>(
 ) -> LocalFuture<'a, Result<(GradientsParams, f64, f64), StepError>> {
     Box::pin(async move {
         if task.coupling() == Coupling::Embeddings {
-            let batches: Vec<T::Batch> = micro_batches.into_iter().collect();
+            let batches: Vec<T::Batch> = micro_batches.collect();
             if batches.len() > 1 {
                 return cached::cached_gradients(
                     task,
@@ -355,11 +358,11 @@ fn step_of<'a, T: TrainingTask>(
             ));
         }
         let batches: Vec<T::Batch> = micro_batches.collect();
-        phased_step(
+        phases_of(
             task,
             networks,
             optimizer,
-            move |_| batches.clone(),
+            Box::new(move |_| batches.clone()),
             settings,
             meter,
         )
@@ -390,12 +393,11 @@ pub fn phased_step<'a, T: TrainingTask>(
 }
 
 /// [`phased_step`] with its micro-batches' maker boxed.
-#[allow(clippy::type_complexity)]
 fn phases_of<'a, T: TrainingTask>(
     task: &'a T,
     networks: T::Networks,
     optimizer: &'a mut ModuleOptimizer,
-    mut micro_batches: Box<dyn FnMut(usize) -> Vec<T::Batch> + 'a>,
+    mut micro_batches: PhaseMicroBatches<'a, T::Batch>,
     settings: StepSettings,
     meter: &'a mut MemoryMeter,
 ) -> LocalFuture<'a, Result<(T::Networks, StepOutcome), StepError>> {
