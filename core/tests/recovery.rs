@@ -84,7 +84,10 @@ fn wgpu_recovers_the_same_way() {
     let _alone = alone();
     let mut config = config_on(BackendKind::Wgpu);
     config.set_model(&headroom_core::model::DcaseAeConfig::default());
+    // dcase-ae has no warm-up objective: the model's own default (none), not the default
+    // model's two steps that `config_on` sets.
     config.quantizer_warmup_steps = None;
+    // A step of 32 spectrograms takes 32 train clips.
     if let DatasetSource::Synthetic(data) = &mut config.dataset {
         data.train_per_id = 40;
     }
