@@ -282,10 +282,22 @@ impl LengthCost {
     /// or above (a negative cost is noise on a small term): of the fits of every subset of
     /// the terms whose coefficients are, the closest.
     pub fn fit(points: &[(usize, usize, f64)]) -> Option<Self> {
+        Self::fit_within(points, &[])
+    }
+
+    /// As [`Self::fit`], of the fits that stay at or under each of `bounds` (shapes whose
+    /// value is known to be at most so much): a value measured at one length only leaves
+    /// how it grows with length to the fewest terms, which may put the whole of it on the
+    /// examples; bounds at other lengths tell those fits apart. The closest fit that passes
+    /// them, or the closest of all when none does.
+    pub fn fit_within(
+        points: &[(usize, usize, f64)],
+        bounds: &[(usize, usize, f64)],
+    ) -> Option<Self> {
         if points.is_empty() {
             return None;
         }
-        let mut best: Option<(f64, [f64; TERMS])> = None;
+        let mut best: Option<(bool, f64, [f64; TERMS])> = None;
         // The fixed term always; the others in or out, fewest first: a simpler cost that
         // fits as closely extrapolates better, and wins ties.
         let mut masks: Vec<u8> = (0..1 << (TERMS - 1)).collect();
@@ -300,6 +312,10 @@ impl LengthCost {
             if coefficients.iter().any(|&c| c < 0.0) {
                 continue;
             }
+            let within = bounds.iter().all(|&(n, t, most)| {
+                let x = features(n, t);
+                (0..TERMS).map(|i| x[i] * coefficients[i]).sum::<f64>() <= most * (1.0 + 1e-9)
+            });
             let residual: f64 = points
                 .iter()
                 .map(|&(n, t, v)| {
@@ -307,11 +323,15 @@ impl LengthCost {
                     (v - (0..TERMS).map(|i| x[i] * coefficients[i]).sum::<f64>()).powi(2)
                 })
                 .sum();
-            if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9) - 1e-9) {
-                best = Some((residual, coefficients));
+            // A fit within the bounds beats any outside them, then the closer.
+            let better = best.is_none_or(|(w, r, _)| {
+                (within && !w) || (within == w && residual < r * (1.0 - 1e-9) - 1e-9)
+            });
+            if better {
+                best = Some((within, residual, coefficients));
             }
         }
-        let (_, [a, d, b, c, e, f]) = best?;
+        let (_, _, [a, d, b, c, e, f]) = best?;
         let mut cost = Self {
             fixed: a,
             per_example: d,
@@ -434,6 +454,33 @@ mod tests {
             ..plan(&[(200, 2), (1_000, 1)])
         };
         assert_eq!(tight.pack(&lengths), vec![2, 2, 1]);
+    }
+
+    /// Values at one length fit an allocation per example as well as one growing with
+    /// length (the fewest terms win, here one 10x over at a tenth of the length): bounds at
+    /// other lengths tell them apart, and a fit that no bound allows is still a fit.
+    #[test]
+    fn bounds_at_other_lengths_pick_how_a_cost_grows_with_length() {
+        // An attention-like allocation: 8 bytes per example-frame squared.
+        let at = |n: usize, t: usize| 8.0 * (n * t * t) as f64;
+        let points = [(1, 3_000, at(1, 3_000)), (2, 3_000, at(2, 3_000))];
+        let free = LengthCost::fit(&points).unwrap();
+        assert!(
+            free.at(64, 300) > 5.0 * at(64, 300),
+            "unbounded: {}",
+            free.at(64, 300)
+        );
+        let bounds = [(16, 375, at(16, 375) * 1.5), (64, 300, at(64, 300) * 1.5)];
+        let bounded = LengthCost::fit_within(&points, &bounds).unwrap();
+        for (n, t) in [(64, 300), (128, 600), (4, 3_000)] {
+            let (got, want) = (bounded.at(n, t), at(n, t));
+            assert!(
+                (got - want).abs() <= want * 1e-6,
+                "{n} x {t}: {got} against {want}"
+            );
+        }
+        let impossible = [(64, 300, 0.0)];
+        assert_eq!(LengthCost::fit_within(&points, &impossible), Some(free));
     }
 
     #[test]

@@ -91,6 +91,19 @@ impl LengthModel {
         (covered + held as f64).ceil() as u64
     }
 
+    /// The most examples of `over`'s frames a micro-batch may hold after `over` was measured
+    /// past `available` bytes, on a paged pool ([`PagedBytes::most_after_over`]); `None`
+    /// elsewhere.
+    pub fn most_after_over(&self, over: &StepMeasurement, available: u64) -> Option<usize> {
+        let held = if over.micro_batches > 1 {
+            self.accumulation_bytes
+        } else {
+            0
+        };
+        self.pages?
+            .most_after_over(over, held, self.margin, available)
+    }
+
     /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of
     /// `sizes`: its largest micro-batch's, each at its longest example.
     pub fn packed_bytes(&self, lengths: &[usize], sizes: &[usize]) -> u64 {

@@ -248,10 +248,15 @@ pub fn prepare<'a, T: TrainingTask>(
                         crate::size::human(measured_peak),
                         crate::size::human(request.budget_bytes)
                     );
-                    over.push((
-                        bucket.frames,
-                        fewer_after_over(bucket.examples, m.peak_bytes, available),
-                    ));
+                    // On a paged pool, refitted to this step, a page fewer than it took.
+                    let by_pages = LengthModel::fit(
+                        &[measurements.as_slice(), std::slice::from_ref(&m)].concat(),
+                        gradient_bytes,
+                        MEMORY_MARGIN,
+                    )
+                    .and_then(|model| model.most_after_over(&m, available));
+                    let most = fewer_after_over(bucket.examples, m.peak_bytes, available);
+                    over.push((bucket.frames, most.min(by_pages.unwrap_or(most))));
                 }
                 measurements.push(m);
             }
@@ -430,6 +435,48 @@ mod tests {
         assert_eq!((longest.frames, longest.examples), (2947, 15));
         // Shorter buckets keep what the model gives them.
         assert!(buckets.buckets[0].examples > 15);
+    }
+
+    /// Seed 003's 128 pairs at 1 GiB, the H200's steps again on lavapipe at 9e5ae2b (the
+    /// same pool, the same pages): after 16 x 2,947 and 128 x 630 took 15 pages of 68 MiB
+    /// where 14 fit, the tries went 124, 123 and 122 of 630 frames, each 15 pages again, and
+    /// no plan was found. The cut after a step over a paged pool sheds that page at once.
+    #[test]
+    fn a_step_over_a_paged_pool_is_cut_a_page_at_once() {
+        let steps = h200_steps();
+        let available = 1024 * MIB;
+        let model = LengthModel::fit(&steps, GRADIENTS, 0.02).unwrap();
+        for (over, most) in [(&steps[10], 14), (&steps[11], 119)] {
+            let pool = over.pages.unwrap();
+            assert_eq!((pool.pages, pool.page_bytes), (15, 68 * MIB));
+            let cut = model.most_after_over(over, available).unwrap();
+            // At most the share of the examples that 14 of the 15 pages hold, and not far
+            // below it (the fixed part of what is in use does not shrink with examples).
+            assert!(
+                (most - 3..=most).contains(&cut),
+                "{} x {:?}: {cut}",
+                over.patches,
+                over.frames
+            );
+            // Where the excess alone would have cut one example (fewer_after_over).
+            assert_eq!(
+                fewer_after_over(over.patches, over.peak_bytes, available),
+                over.patches - 1
+            );
+        }
+        // Off a paged pool there is no such cut.
+        let mut flat = steps[11].clone();
+        flat.pages = None;
+        let all: Vec<StepMeasurement> = steps
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                m.pages = None;
+                m
+            })
+            .collect();
+        let cpu = LengthModel::fit(&all, GRADIENTS, 0.02).unwrap();
+        assert_eq!(cpu.most_after_over(&flat, available), None);
     }
 
     #[test]

@@ -56,16 +56,24 @@ impl PagedBytes {
         }
         let shape = |m: &StepMeasurement| (m.patches, m.frames.unwrap_or(1));
         let mut grown = 0;
-        let largest_points: Vec<(usize, usize, f64)> = steps
-            .iter()
-            .filter_map(|(m, p)| {
-                let grew = p.page_bytes > grown;
-                grown = grown.max(p.page_bytes);
-                let (n, t) = shape(m);
-                grew.then_some((n, t, p.largest_allocation_bytes as f64))
-            })
-            .collect();
-        let largest = LengthCost::fit(&largest_points);
+        // A step that grew the pages tells its largest allocation; one that did not, only
+        // that its largest was at most the pool's so far. Calibration grows the pages at the
+        // longest length only, where an allocation per example fits as well as one growing
+        // with length: the bounds at shorter lengths rule the first out (seed 003's 128 pairs
+        // on an H200 or lavapipe: 461 MiB predicted for 119 x 630, which took 66 MiB at most).
+        let (mut largest_points, mut largest_bounds) = (Vec::new(), Vec::new());
+        for (m, p) in &steps {
+            let grew = p.page_bytes > grown;
+            grown = grown.max(p.page_bytes);
+            let (n, t) = shape(m);
+            let point = (n, t, p.largest_allocation_bytes as f64);
+            if grew {
+                largest_points.push(point);
+            } else {
+                largest_bounds.push(point);
+            }
+        }
+        let largest = LengthCost::fit_within(&largest_points, &largest_bounds);
         let in_use_points: Vec<(usize, usize, f64)> = steps
             .iter()
             .map(|(m, p)| {
@@ -143,6 +151,37 @@ impl PagedBytes {
         // of 69 MiB predicted, 15 of 68 taken). Never less than the pool's own pages take.
         let pages = pages_of(self.page(examples, frames)).max(pages_of(self.page_bytes));
         (self.beside_bytes as f64 * (1.0 + margin)).ceil() as u64 + pages
+    }
+
+    /// After a step of `over` (`held` bytes beside its micro-batch) took more than
+    /// `available`: the most examples of its frames, fewer than it held, whose step fits
+    /// when its pages are filled as unevenly as `over`'s were. The fitted spread is the least
+    /// that covers every step measured, so a shape a few examples narrower than one measured
+    /// over is predicted a page under it and measured over again: seed 003's 128 pairs at
+    /// 1 GiB on lavapipe went 128, 124, 123, 122 of 630 frames, each 15 pages of 68 MiB where
+    /// 14 fit, and found no plan. `None` when `over` read no pool or carries no length.
+    pub fn most_after_over(
+        &self,
+        over: &StepMeasurement,
+        held: u64,
+        margin: f64,
+        available: u64,
+    ) -> Option<usize> {
+        let (pool, frames) = (over.pages?, over.frames?);
+        let used = self.in_use.at(over.patches, frames).max(1.0) + held as f64;
+        let taken = (pool.pages * pool.page_bytes) as f64 / used;
+        let uneven = Self {
+            spread: self.spread.max(taken),
+            ..*self
+        };
+        let fits = |examples: usize| uneven.step_bytes(examples, frames, held, margin) <= available;
+        // Bytes grow with examples (every term of the fits is non-negative).
+        let (mut lo, mut hi) = (0, over.patches.saturating_sub(1));
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) { lo = mid } else { hi = mid - 1 }
+        }
+        Some(if lo > 0 && fits(lo) { lo } else { 0 })
     }
 }
 
@@ -240,6 +279,32 @@ mod tests {
             );
         }
         assert!(paged.page(wider.0, wider.1) > paged.page_bytes);
+    }
+
+    /// Calibration grows the pages at the longest length only; the steps after, shorter and
+    /// wider, did not grow them, so their largest allocation was at most the pool's: the
+    /// fit of the largest allocation keeps under those and grows with length, where one per
+    /// example would put a short micro-batch's page far past any measured.
+    #[test]
+    fn the_largest_allocation_grows_with_length_under_the_steps_that_grew_nothing() {
+        let measured = calibrated(3_000);
+        let all: Vec<&StepMeasurement> = measured.iter().collect();
+        let paged = PagedBytes::fit(&all, |_| 0).unwrap();
+        let largest = paged.largest.unwrap();
+        for m in &measured[2..] {
+            let (n, t) = (m.patches, m.frames.unwrap());
+            let pool = m.pages.unwrap();
+            assert!(largest.at(n, t) <= pool.largest_allocation_bytes as f64 * (1.0 + 1e-9));
+            assert_eq!(paged.page(n, t), paged.page_bytes, "{n} x {t}");
+        }
+        // A wide micro-batch of short examples: the pool's 2.5 kB a padded frame.
+        let (n, t) = (64, 300);
+        let want = 2.5e3 * (n * t) as f64;
+        assert!(
+            largest.at(n, t) <= 1.01 * want,
+            "{} against {want}",
+            largest.at(n, t)
+        );
     }
 
     /// A measurement that read no pool (a CPU's) leaves the model to the polynomial.
