@@ -15,7 +15,7 @@ use crate::lengths::{self, BUCKETS, LengthBucket, LengthBuckets, LengthCost, Pad
 pub const PREDICTED_EPOCHS: u64 = 4;
 
 /// What a task's steps cost by length: bytes of a single micro-batch's step and seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthModel {
     pub bytes: LengthCost,
     pub seconds: LengthCost,
@@ -100,7 +100,8 @@ impl LengthModel {
         } else {
             0
         };
-        self.pages?
+        self.pages
+            .as_ref()?
             .most_after_over(over, held, self.margin, available)
     }
 

@@ -335,7 +335,7 @@ fn accept<T: TrainingTask>(
     let mut calibration: Calibration =
         calibrate::fit(target.backend, at_longest, model.accumulation_bytes);
     calibration.measurements = measurements;
-    calibration.lengths = Some(model);
+    calibration.lengths = Some(model.clone());
     let predicted = model.epochs(&buckets, lengths, effective_batch, PREDICTED_EPOCHS);
     let padding = predicted.padding;
     let most_bytes = beside + model.peak(&buckets, effective_batch);

@@ -290,7 +290,7 @@ impl<T: RunTask> TaskTrainer<T> {
     /// fixed split, the plan's peak while the run keeps the plan's split.
     fn predicted_peak(&self, lengths: &[usize], sizes: &[usize]) -> Option<u64> {
         let plan = self.plan.as_ref()?;
-        let by_length = self.calibration.as_ref().and_then(|c| c.lengths);
+        let by_length = self.calibration.as_ref().and_then(|c| c.lengths.as_ref());
         match (
             &plan.lengths,
             by_length,
