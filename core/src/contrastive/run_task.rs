@@ -40,40 +40,22 @@ impl RunTask for ContrastiveConfig {
     /// micro-batch's.
     fn step_words(&self, config: &TrainConfig) -> Option<String> {
         let step = config.effective_batch();
-        let largest = config
-            .length_buckets
-            .as_ref()
-            .map_or(config.micro_batch, |b| {
-                b.buckets.iter().map(|b| b.examples).max().unwrap_or(1)
-            })
-            .min(step);
-        Some(match self.negatives {
-            Negatives::Step if largest < step => format!(
-                "Negatives: each pair is contrasted with the other {} pairs of its step, \
-                 however the step is cut (gradient caching; its cache and the step's loss \
-                 hold {})",
-                step.saturating_sub(1),
-                crate::size::human(self.cache_bytes(step))
-            ),
-            Negatives::Step => format!(
-                "Negatives: each pair is contrasted with the other {} pairs of its step (the \
-                 whole step is one micro-batch)",
-                step.saturating_sub(1)
-            ),
-            Negatives::MicroBatch if largest < step => format!(
-                "Negatives: each pair is contrasted only with the other pairs of its \
-                 micro-batch (at most {} of the step's {}): plain accumulation, a loss other \
-                 than the step's; --negatives step gives each pair all {}",
-                largest.saturating_sub(1),
-                step.saturating_sub(1),
-                step.saturating_sub(1)
-            ),
-            Negatives::MicroBatch => format!(
-                "Negatives: each pair is contrasted with the other {} pairs of its step (the \
-                 whole step is one micro-batch)",
-                step.saturating_sub(1)
-            ),
-        })
+        // By length, the most a micro-batch holds is the shortest bucket's and the least
+        // the longest's: a step of long examples is cut even where short ones fit whole.
+        let (fewest, most) =
+            config
+                .length_buckets
+                .as_ref()
+                .map_or((config.micro_batch, config.micro_batch), |b| {
+                    let held = b.buckets.iter().map(|b| b.examples);
+                    (held.clone().min().unwrap_or(1), held.max().unwrap_or(1))
+                });
+        Some(negatives_words(
+            self.negatives,
+            step,
+            (fewest.min(step), most.min(step)),
+            self.cache_bytes(step),
+        ))
     }
 
     /// The InfoNCE loss over the whole validation split at once: every pair against every
@@ -172,4 +154,95 @@ fn embeddings(
         .map(|batch| networks.embed(batch))
         .collect();
     Ok((!parts.is_empty()).then(|| Tensor::cat(parts, 0)))
+}
+
+/// What the run says of the negatives each pair sees, in steps of `step` pairs whose
+/// micro-batches hold from `held.0` to `held.1` pairs; `cache_bytes`: what gradient caching
+/// holds for a step.
+fn negatives_words(
+    negatives: Negatives,
+    step: usize,
+    (fewest, most): (usize, usize),
+    cache_bytes: u64,
+) -> String {
+    let others = step.saturating_sub(1);
+    let cut = fewest < step;
+    // A small step's cache is kilobytes, which whole MiB would call nothing.
+    let cache = if cache_bytes < 1 << 20 {
+        format!("{} KiB", cache_bytes.div_ceil(1 << 10))
+    } else {
+        crate::size::human(cache_bytes)
+    };
+    match negatives {
+        Negatives::Step if cut => {
+            let which = if most < step {
+                "however the step is cut"
+            } else {
+                "in a step cut for its long examples too"
+            };
+            format!(
+                "Negatives: each pair is contrasted with the other {others} pairs of its step, \
+                 {which} (gradient caching; its cache and the step's loss hold {cache})"
+            )
+        }
+        Negatives::MicroBatch if cut => {
+            let share = if most < step {
+                format!("at most {} of the step's {others}", most.saturating_sub(1))
+            } else {
+                format!(
+                    "as few as {} of the step's {others} in a step cut for its long examples",
+                    fewest.saturating_sub(1)
+                )
+            };
+            format!(
+                "Negatives: each pair is contrasted only with the other pairs of its \
+                 micro-batch ({share}): plain accumulation, a loss other than the step's; \
+                 --negatives step gives each pair all {others}"
+            )
+        }
+        _ => format!(
+            "Negatives: each pair is contrasted with the other {others} pairs of its step (the \
+             whole step is one micro-batch)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan by length whose shortest bucket holds the whole step still cuts a step of long
+    /// examples (speech-clap at 300 MiB: 64 of the shortest, 8 of the longest): the words
+    /// say so, where they had said the whole step was one micro-batch.
+    #[test]
+    fn a_step_cut_only_for_its_long_examples_is_said_to_be_cut() {
+        let by_length = negatives_words(Negatives::Step, 64, (8, 64), 1 << 20);
+        assert!(by_length.contains("other 63 pairs"), "{by_length}");
+        assert!(
+            by_length.contains("cut for its long examples"),
+            "{by_length}"
+        );
+        assert!(by_length.contains("hold 1 MiB"), "{by_length}");
+        let small = negatives_words(Negatives::Step, 64, (8, 64), 100_000);
+        assert!(small.contains("hold 98 KiB"), "{small}");
+        let fixed = negatives_words(Negatives::Step, 128, (16, 16), 1 << 20);
+        assert!(fixed.contains("however the step is cut"), "{fixed}");
+        let whole = negatives_words(Negatives::Step, 64, (64, 64), 1 << 20);
+        assert!(
+            whole.contains("the whole step is one micro-batch"),
+            "{whole}"
+        );
+        let plain = negatives_words(Negatives::MicroBatch, 128, (16, 16), 0);
+        assert!(plain.contains("at most 15 of the step's 127"), "{plain}");
+        let plain_by_length = negatives_words(Negatives::MicroBatch, 64, (8, 64), 0);
+        assert!(
+            plain_by_length.contains("as few as 7 of the step's 63"),
+            "{plain_by_length}"
+        );
+        let plain_whole = negatives_words(Negatives::MicroBatch, 64, (64, 64), 0);
+        assert!(
+            plain_whole.contains("whole step is one micro-batch"),
+            "{plain_whole}"
+        );
+    }
 }
