@@ -8,7 +8,7 @@ mod common;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use common::{events, run_failing, run_json};
+use common::{assert_success, events, run_failing, run_json, trainer_cli};
 use headroom_datasets::audio::{self, write_wav};
 use headroom_datasets::speech::synthetic::{SpeechConfig, SpeechSplit};
 
@@ -248,6 +248,39 @@ fn the_contrastive_model_trains_on_a_manifest_of_pairs() {
     );
     let results = events(&all, "results");
     assert_eq!(results[0]["measures"][0], "R@1 audio to text");
+    // Cut in two micro-batches, the run's summary says each pair still saw the step's others.
+    let cut_out = dir.path().join("pairs-cut");
+    let mut cut = train_args(
+        train.to_str().unwrap(),
+        cut_out.to_str().unwrap(),
+        &[
+            "--on-bad-file",
+            "skip",
+            "--batch-size",
+            "2",
+            "--gradient-accumulation-steps",
+            "2",
+        ],
+    );
+    cut[5] = "speech-clap";
+    cut.remove(1); // --json: the summary is the human one
+    let output = trainer_cli()
+        .args(&cut)
+        .output()
+        .expect("trainer-cli starts");
+    assert_success(&output, &cut);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary = stdout
+        .split("Training finished")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary:\n{stdout}"));
+    assert!(
+        summary.contains(
+            "Negatives: each pair is contrasted with the other 3 pairs of its step, however the \
+             step is cut (gradient caching"
+        ),
+        "{stdout}"
+    );
     // The recogniser's size is not the contrastive model's to take.
     let refused = run_failing(&["train", "--model", "speech-clap", "--asr-size", "large"]);
     assert!(

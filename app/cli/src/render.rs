@@ -92,7 +92,9 @@ impl ProgressRenderer {
             Event::Config(info) => {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
-                self.effective_batch = Some(effective_batch(info));
+                // The summary repeats the split and, for a contrastive run, the negatives each
+                // pair saw (issue 31).
+                self.effective_batch = Some(split_and_negatives(info));
                 self.say(describe_run(info));
             }
             Event::Step(s) => {
@@ -304,6 +306,15 @@ pub fn effective_batch_words(
     )
 }
 
+/// The effective batch's line and, for a task that says them, its words on the step (a
+/// contrastive run's negatives).
+fn split_and_negatives(info: &RunInfo) -> String {
+    match &info.step_words {
+        Some(words) => format!("{}\n{words}", effective_batch(info)),
+        None => effective_batch(info),
+    }
+}
+
 fn describe_run(info: &RunInfo) -> String {
     format!(
         "Model {}, backend {} ({}), {} parameters, {}, checkpointing {}\n{}\n\
@@ -314,10 +325,7 @@ fn describe_run(info: &RunInfo) -> String {
         info.parameters,
         info.precision,
         if info.checkpointing { "on" } else { "off" },
-        match &info.step_words {
-            Some(words) => format!("{}\n{words}", effective_batch(info)),
-            None => effective_batch(info),
-        },
+        split_and_negatives(info),
         info.steps_per_epoch,
         info.total_steps,
         info.start_step,
