@@ -31,7 +31,7 @@ pub struct PagedBytes {
     pub spread: f64,
     /// The spread by length, as (frames, the least that gives every step of those frames
     /// measured in the largest pages the pages it took), shortest first: long examples
-    /// fill pages less evenly (a step's largest allocations, attention's, near a page each),
+    /// fill pages less evenly (more of a step's allocations near a page each, one a page),
     /// so one spread for all lifted shorter steps by a page (the tiny recogniser at 300 MiB
     /// on lavapipe: 4 x 2,947 took 1.2 pages per byte in use, 13 x 1,168 0.99, and a run
     /// predicted 169 MiB reached 137). Empty in a model fitted before it: `spread` then.
