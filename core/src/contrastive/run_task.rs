@@ -157,7 +157,7 @@ fn embeddings(
 }
 
 /// What the run says of the negatives each pair sees, in steps of `step` pairs whose
-/// micro-batches hold from `held.0` to `held.1` pairs; `cache_bytes`: what gradient caching
+/// micro-batches hold from `fewest` to `most` pairs; `cache_bytes`: what gradient caching
 /// holds for a step.
 fn negatives_words(
     negatives: Negatives,
