@@ -317,6 +317,10 @@ impl Session {
                 };
                 self.log
                     .push(format!("training {how} at step {step} in {elapsed_s:.1} s"));
+                // The summary says again what the split changed in the loss (issue 31: the
+                // negatives each pair saw).
+                let words = self.info.as_ref().and_then(|i| i.step_words.clone());
+                self.log.extend(words);
                 if let Some(padding) = self.padding.filter(|p| p.padded_frames > 0) {
                     self.log.push(format!(
                         "padding: {:.1}% of the {} frames the steps computed",
@@ -435,11 +439,21 @@ mod tests {
                 length_buckets: None,
                 step_words: step_words.map(Into::into),
             }));
-            session.log
+            session
         };
         let said = "Negatives: each pair is contrasted with the other 127 pairs of its step";
-        assert_eq!(info(Some(said)).last().map(String::as_str), Some(said));
-        assert_eq!(info(None).len(), 1, "only the run's line");
+        let mut session = info(Some(said));
+        assert_eq!(session.log.last().map(String::as_str), Some(said));
+        assert_eq!(info(None).log.len(), 1, "only the run's line");
+        // And again in the run's summary.
+        session.apply(&Event::Finished {
+            step: 10,
+            total_steps: 10,
+            stopped_early: false,
+            elapsed_s: 1.0,
+            host_peak_bytes: None,
+        });
+        assert_eq!(session.log.last().map(String::as_str), Some(said));
     }
 
     #[test]
