@@ -121,16 +121,9 @@ impl LengthModel {
     /// The most examples of `frames` (at most `most`) whose step fits in `available` bytes;
     /// 0 when not one does.
     pub fn cap(&self, frames: usize, available: u64, most: usize, accumulating: bool) -> usize {
-        let fits = |n: usize| self.step_bytes(n, frames, accumulating) <= available;
-        if !fits(1) {
-            return 0;
-        }
-        let (mut lo, mut hi) = (1, most.max(1));
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if fits(mid) { lo = mid } else { hi = mid - 1 }
-        }
-        lo
+        most_that_fits(most.max(1), |n| {
+            self.step_bytes(n, frames, accumulating) <= available
+        })
     }
 
     /// The longest example shorter than `longest` frames that a micro-batch holds alone in
@@ -142,17 +135,11 @@ impl LengthModel {
         accumulating: bool,
         longest: usize,
     ) -> Option<usize> {
-        let fits = |frames: usize| self.step_bytes(1, frames, accumulating) <= available;
-        if longest <= 1 || !fits(1) {
-            return None;
-        }
         // Bytes grow with frames (every term of the fit is non-negative).
-        let (mut lo, mut hi) = (1, longest - 1);
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if fits(mid) { lo = mid } else { hi = mid - 1 }
-        }
-        Some(lo)
+        let frames = most_that_fits(longest.saturating_sub(1), |frames| {
+            self.step_bytes(1, frames, accumulating) <= available
+        });
+        (frames > 0).then_some(frames)
     }
 
     /// Buckets for a run of examples of `lengths`, `effective_batch` per step, in
@@ -250,6 +237,20 @@ impl LengthModel {
         }
         predicted
     }
+}
+
+/// The most `n` in `1..=most` that `fits`, which holds up to some `n` and not past it (a
+/// step's bytes grow with its examples and its frames); 0 when not even 1 does.
+fn most_that_fits(most: usize, fits: impl Fn(usize) -> bool) -> usize {
+    if most == 0 || !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1, most);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) { lo = mid } else { hi = mid - 1 }
+    }
+    lo
 }
 
 /// What a length plan's steps are predicted to do over whole epochs.

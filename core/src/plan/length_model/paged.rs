@@ -216,16 +216,10 @@ impl PagedBytes {
         let used = self.in_use.at(over.patches, frames).max(1.0) + held as f64;
         let taken = (pool.pages * pool.page_bytes) as f64 / used;
         let spread = self.spread_at(frames).max(taken);
-        let fits = |examples: usize| {
-            self.bytes_at_spread(examples, frames, held, margin, spread) <= available
-        };
-        // Bytes grow with examples (every term of the fits is non-negative).
-        let (mut lo, mut hi) = (0, over.patches.saturating_sub(1));
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if fits(mid) { lo = mid } else { hi = mid - 1 }
-        }
-        Some(if lo > 0 && fits(lo) { lo } else { 0 })
+        Some(super::most_that_fits(
+            over.patches.saturating_sub(1),
+            |examples| self.bytes_at_spread(examples, frames, held, margin, spread) <= available,
+        ))
     }
 }
 
