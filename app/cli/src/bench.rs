@@ -45,12 +45,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "--batch-size, --n-patches, --gradient-accumulation-steps, --steps and --frames must \
          be at least 1"
     );
-    // The model as a run of it is configured (the recogniser's size applied, refused for
-    // another model), then timed.
+    // The model as a run of it is configured (the recogniser's size and the classifier's
+    // network applied, refused for another model), then timed.
     let model = args.model.as_deref().unwrap_or(VqAutoencoderConfig::NAME);
     let spec = RunSpec {
         model: Some(model.to_string()),
         asr_size: args.asr_size.map(Into::into),
+        classifier: headroom_core::spec::ClassifierSpec {
+            arch: args.classifier.map(Into::into),
+            ..Default::default()
+        },
         ..RunSpec::default()
     };
     let run = spec.train_config(resolved.target())?;

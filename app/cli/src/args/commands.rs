@@ -149,6 +149,9 @@ pub struct BenchArgs {
     /// The speech recogniser's size (with --model asr-transformer) [default: tiny].
     #[arg(long, value_enum)]
     pub asr_size: Option<super::train::AsrSizeArg>,
+    /// The classifier's network (with --model spec-classifier): vit or cnn [default: vit].
+    #[arg(long, value_enum)]
+    pub classifier: Option<super::train::ClassifierArchArg>,
     /// Each utterance's log-mel frames (with --model asr-transformer, whose examples vary
     /// in length) [default: the longest the model plans for].
     #[arg(long)]
