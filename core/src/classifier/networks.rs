@@ -14,13 +14,13 @@ use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::gan::networks::Generator;
-use crate::model::PatchShape;
 use crate::model::asr::transformer::{self, LAYER_NORM_EPSILON};
+use crate::model::{PatchShape, cpu_forms, layers};
 
 /// A tile's side, in mel bands and frames.
 pub const TILE: usize = 8;
@@ -232,7 +232,15 @@ impl PlainCnn {
     fn logits(&self, patches: Tensor<4>) -> Tensor<2> {
         let mut x = patches;
         for (conv, norm) in self.convs.iter().zip(&self.norms) {
-            x = relu(norm.forward(conv.forward(x)));
+            // On the CPU Headroom's convolution kernels (their weight gradient one GEMM per
+            // sample, where burn's is a convolution of 9 rows), then the norm and ReLU as
+            // one op on flex.
+            let y = if cpu_forms::is_cpu(&x.device()) {
+                cpu_forms::conv(conv, x, false)
+            } else {
+                conv.forward(x)
+            };
+            x = layers::group_norm_relu(norm, y);
         }
         let [n, c, _, _] = x.dims();
         self.head.forward(x.mean_dim(3).mean_dim(2).reshape([n, c]))

@@ -22,7 +22,7 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 
 use super::GanShape;
-use crate::model::{cpu_forms, untracked};
+use crate::model::{cpu_forms, layers, untracked};
 
 /// Power iterations per spectral norm: enough, from a fixed start, for the largest singular
 /// value of these weights to a few percent (see [`spectral_norm`]).
@@ -112,24 +112,7 @@ impl Upsample {
         } else {
             self.conv.forward(x)
         };
-        // On flex group normalisation and its ReLU as one host op; elsewhere burn's.
-        #[cfg(feature = "flex")]
-        if let (true, Some(gamma), Some(beta)) = (
-            crate::model::cpu_kernels::runs_on(&up.device()),
-            &self.norm.gamma,
-            &self.norm.beta,
-        ) {
-            let (groups, epsilon) = (self.norm.num_groups, self.norm.epsilon);
-            return crate::model::cpu_kernels::group_norm::normalise(
-                up,
-                gamma.val(),
-                beta.val(),
-                groups,
-                epsilon,
-                true,
-            );
-        }
-        relu(self.norm.forward(up))
+        layers::group_norm_relu(&self.norm, up)
     }
 }
 

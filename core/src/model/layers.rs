@@ -3,8 +3,8 @@
 //! products and gradient kernels on flex, output-only layers on cubecl devices) or in burn's
 //! own form, the reference the others are tested against.
 
-use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, ConvTranspose2d};
+use burn::nn::{GroupNorm, PaddingConfig2d};
 use burn::tensor::module::{conv_transpose2d, conv2d};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{FloatDType, Tensor};
@@ -112,6 +112,27 @@ pub fn up(
         Some(_) => conv_transpose2d(x, weight, bias, conv_transpose_options(layer)),
     };
     relu_if(y, relu)
+}
+
+/// `norm` over `x`, then a ReLU: on flex one host op (`cpu_kernels::group_norm`, where
+/// burn records nine passes each keeping its input); elsewhere burn's.
+pub fn group_norm_relu(norm: &GroupNorm, x: Tensor<4>) -> Tensor<4> {
+    #[cfg(feature = "flex")]
+    if let (true, Some(gamma), Some(beta)) = (
+        super::cpu_kernels::runs_on(&x.device()),
+        &norm.gamma,
+        &norm.beta,
+    ) {
+        return super::cpu_kernels::group_norm::normalise(
+            x,
+            gamma.val(),
+            beta.val(),
+            norm.num_groups,
+            norm.epsilon,
+            true,
+        );
+    }
+    burn::tensor::activation::relu(norm.forward(x))
 }
 
 /// `relu(y)` when `relu`, else `y`.

@@ -23,6 +23,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
+use super::exp::exp;
 use super::matrix::{Mat, gemm, gemm_into};
 use super::{contiguous, lanes, register, tensor};
 
@@ -191,12 +192,12 @@ fn softmax_row(row: &mut [f32], scale: f32, reads: usize, masked_score: f32) {
 
 fn softmax(row: &mut [f32]) {
     let largest = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
+    // The exponentials in one pass and their sum in another: a running sum in the same
+    // loop would keep the loop from running as vector instructions.
     for s in row.iter_mut() {
-        *s = (*s - largest).exp();
-        sum += *s;
+        *s = exp(*s - largest);
     }
-    let inverse = 1.0 / sum;
+    let inverse = 1.0 / lanes::sum(row);
     for s in row.iter_mut() {
         *s *= inverse;
     }

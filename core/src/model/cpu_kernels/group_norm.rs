@@ -22,6 +22,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
+use super::unwritten::Unwritten;
 use super::{CHUNK, contiguous, lanes, register, sum_partials, tensor};
 
 /// `relu((x - mean) / sqrt(variance + epsilon) * gamma + beta)` (the ReLU when `relu`),
@@ -89,8 +90,9 @@ fn forward(
     let (x, gamma, beta) = (contiguous(x), contiguous(gamma), contiguous(beta));
     let width = rows.width();
     let count = x.len() / width.max(1);
-    let mut out = vec![0.0f32; x.len()];
-    let mut normalised = vec![0.0f32; x.len()];
+    // Zeroed by the tasks that write them (`Unwritten`), not on this thread.
+    let mut out = Unwritten::new(x.len());
+    let mut normalised = Unwritten::new(x.len());
     let mut inverse = vec![0.0f32; count];
     let per_task = rows.per_task();
     out.par_chunks_mut(width * per_task)
@@ -127,7 +129,7 @@ fn forward(
                 }
             }
         });
-    (tensor(out, shape), normalised, inverse)
+    (tensor(out.written(), shape), normalised.written(), inverse)
 }
 
 impl HostGroupNorm for Flex {
@@ -177,7 +179,7 @@ impl Backward<Flex, 3> for GroupNormBackward {
         let beta = beta.as_ref().map(contiguous);
         let rows = Rows::of(&state.shape, state.groups);
         let (width, per_task, channels) = (rows.width(), rows.per_task(), gamma.len());
-        let mut dx = vec![0.0f32; dy.len()];
+        let mut dx = Unwritten::new(dy.len());
         // dx = inverse (g - mean(g) - n mean(g n)) with g = d gamma, n the normalised row and
         // d the output's gradient where the ReLU passed it; dgamma and dbeta sum d n and d
         // over each channel, a partial sum per task added in order.
@@ -244,7 +246,7 @@ impl Backward<Flex, 3> for GroupNormBackward {
         register(
             grads,
             [
-                (x_node, tensor(dx, state.shape)),
+                (x_node, tensor(dx.written(), state.shape)),
                 (gamma_node, tensor(dgamma.to_vec(), parameter.clone())),
                 (beta_node, tensor(dbeta.to_vec(), parameter)),
             ],

@@ -18,6 +18,7 @@ use burn::backend::{Flex, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
+use super::unwritten::Unwritten;
 use super::{CHUNK, contiguous, lanes, register, tensor};
 
 /// `(x - mean) / sqrt(variance + epsilon) * gamma + beta` over the last axis of `x`,
@@ -48,8 +49,9 @@ fn forward(
     let width = shape[shape.num_dims() - 1];
     let (x, gamma, beta) = (contiguous(x), contiguous(gamma), contiguous(beta));
     let rows = x.len() / width.max(1);
-    let mut out = vec![0.0f32; x.len()];
-    let mut normalised = vec![0.0f32; x.len()];
+    // Zeroed by the tasks that write them (`Unwritten`), not on this thread.
+    let mut out = Unwritten::new(x.len());
+    let mut normalised = Unwritten::new(x.len());
     let mut inverse = vec![0.0f32; rows];
     let per_task = rows_per_task(width);
     out.par_chunks_mut(width * per_task)
@@ -78,7 +80,7 @@ fn forward(
                 }
             }
         });
-    (tensor(out, shape), normalised, inverse)
+    (tensor(out.written(), shape), normalised.written(), inverse)
 }
 
 impl HostLayerNorm for Flex {
@@ -118,7 +120,7 @@ impl Backward<Flex, 3> for LayerNormBackward {
         let (gamma, dy) = (contiguous(&gamma), contiguous(&upstream));
         let width = gamma.len();
         let per_task = rows_per_task(width);
-        let mut dx = vec![0.0f32; dy.len()];
+        let mut dx = Unwritten::new(dy.len());
         // dx = inverse (g - mean(g) - n mean(g n)) with g = dy gamma, n the normalised row;
         // dgamma and dbeta sum dy n and dy over the rows, a partial sum per task.
         let (dgamma, dbeta) = dx
@@ -168,7 +170,7 @@ impl Backward<Flex, 3> for LayerNormBackward {
         register(
             grads,
             [
-                (x_node, tensor(dx, state.shape)),
+                (x_node, tensor(dx.written(), state.shape)),
                 (gamma_node, tensor(dgamma, parameter.clone())),
                 (beta_node, tensor(dbeta, parameter)),
             ],

@@ -23,6 +23,7 @@ pub mod attention;
 pub mod batch_norm;
 pub mod ctc;
 pub mod depthwise;
+mod exp;
 pub mod group_norm;
 mod lanes;
 pub mod layer_norm;
