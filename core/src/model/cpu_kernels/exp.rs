@@ -31,7 +31,7 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 8.333_452e-3;
     let p = p * r + 4.166_579_6e-2;
     let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5.000_000_1e-1;
+    let p = p * r + 0.5;
     let e_r = p * r * r + r + 1.0;
     // `n`, a whole number from -127 to 128, is in the low bits of `rounded`'s (above them
     // 1.5 x 2^23's, which the shift drops): read there, since `n as i32` is a saturating
