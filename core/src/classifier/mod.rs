@@ -166,9 +166,10 @@ impl TrainingTask for ClassifierConfig {
     fn measuring_batch(&self, examples: usize, device: &Device) -> ClassifierBatch {
         let classes: Vec<i64> = (0..examples).map(|i| (i % self.classes()) as i64).collect();
         ClassifierBatch {
-            real: Tensor::random(
+            // On the CPU drawn on the host, as the twin's `torch.randn` (burn's draws one
+            // value at a time: 5-10% of a bench step).
+            real: crate::model::unit_noise(
                 [examples, 1, self.patch.mels, self.patch.frames],
-                Distribution::Normal(0.0, 1.0),
                 device,
             ),
             classes: Tensor::<1, Int>::from_data(TensorData::new(classes, [examples]), device),

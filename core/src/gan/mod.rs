@@ -221,11 +221,7 @@ impl TrainingTask for GanConfig {
         let noise = || Tensor::random([examples, latent], Distribution::Normal(0.0, 1.0), device);
         let classes: Vec<i64> = (0..examples).map(|i| (i % self.classes()) as i64).collect();
         GanBatch {
-            real: Tensor::random(
-                [examples, 1, mels, frames],
-                Distribution::Normal(0.0, 1.0),
-                device,
-            ),
+            real: crate::model::unit_noise([examples, 1, mels, frames], device),
             classes: Tensor::<1, Int>::from_data(TensorData::new(classes, [examples]), device),
             discriminator_noise: noise(),
             generator_noise: noise(),

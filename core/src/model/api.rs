@@ -62,7 +62,7 @@ impl Patches {
 /// `Tensor::random` there samples one element at a time through an f64 normal and a ChaCha12
 /// generator, 15 ns a value, a fifth of a `dcase-ae` bench step at 64 x 8 (whose PyTorch
 /// twin draws its batch with `torch.randn` in the step too). Devices draw their own.
-fn unit_noise(shape: [usize; 4], device: &Device) -> Tensor<4> {
+pub(crate) fn unit_noise(shape: [usize; 4], device: &Device) -> Tensor<4> {
     use rand10::{RngExt, SeedableRng};
     use std::sync::atomic::{AtomicU64, Ordering};
     static BATCHES: AtomicU64 = AtomicU64::new(0);

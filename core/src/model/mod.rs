@@ -7,6 +7,7 @@
 //! traits and trains through [`crate::train::Trainer`] (docs/MODELS.md).
 
 mod api;
+pub(crate) use api::unit_noise;
 pub mod asr;
 pub mod cpu_forms;
 #[cfg(feature = "flex")]
