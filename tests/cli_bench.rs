@@ -46,6 +46,50 @@ fn bench_reports_flex() {
     check(&bench("flex", "2", "3", "1"), "flex", 2.0);
 }
 
+/// `--classifier` times the network it names (the PyTorch twin's parameter counts: vit
+/// 142,532, cnn 98,148) and is refused for a model without one.
+#[test]
+fn bench_times_the_classifier_it_is_given() {
+    for (network, params) in [("vit", 142_532), ("cnn", 98_148)] {
+        let lines = run_json(&[
+            "bench",
+            "--json",
+            "--model",
+            "spec-classifier",
+            "--classifier",
+            network,
+            "--batch-size",
+            "2",
+            "--n-patches",
+            "1",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "2",
+        ]);
+        assert_eq!(lines[0]["params"], params, "{network}: {lines:?}");
+    }
+    let output = common::trainer_cli()
+        .args([
+            "bench",
+            "--model",
+            "dcase-ae",
+            "--classifier",
+            "cnn",
+            "--steps",
+            "1",
+        ])
+        .output()
+        .expect("trainer-cli starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("--classifier"),
+        "{stderr}"
+    );
+}
+
 /// ndarray is slow (docs/BENCHMARKS.md), and the test profile builds it unoptimised
 /// (Cargo.toml): one step of one patch, not warmed up, keeps this test short.
 #[test]
