@@ -82,13 +82,23 @@ fn run() -> Result<()> {
     }
 }
 
-/// Sizes the thread pool burn's CPU backends compute on.
+/// Sizes the thread pool burn's CPU backends compute on (`threads`, or rayon's default: one
+/// per core), with this thread as one of its threads. A step's ops are called from this
+/// thread: outside the pool, each parallel op would be handed to a sleeping worker while
+/// this thread slept until it finished, two thread switches an op, about a tenth of a
+/// dcase-ae step at 64 x 8 (perf: futex wake-ups and task switches; docs/BENCHMARKS.md).
+/// In it, this thread works on its own op and the others join it, as OpenMP's threads
+/// do in PyTorch.
 pub(crate) fn set_threads(threads: Option<usize>) -> Result<usize> {
+    let mut pool = rayon::ThreadPoolBuilder::new().use_current_thread();
     if let Some(n) = threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .map_err(|e| anyhow::anyhow!("cannot set --threads {n}: {e}"))?;
+        pool = pool.num_threads(n);
+    }
+    if let Err(e) = pool.build_global() {
+        // Without --threads a pool already built (by an earlier command) will do.
+        if let Some(n) = threads {
+            anyhow::bail!("cannot set --threads {n}: {e}");
+        }
     }
     Ok(rayon::current_num_threads())
 }
