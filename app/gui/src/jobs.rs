@@ -129,7 +129,10 @@ pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, contr
     options.stop = Some(control.stop);
     options.pause = Some(control.pause);
     std::thread::spawn(move || {
-        let result = (|| -> Result<(), String> {
+        // The run inside the compute pool, on one of its threads: called from outside it,
+        // each of a step's parallel ops would wake a worker and sleep until it finished
+        // (as trainer-cli, whose main thread is one of the pool's; docs/BENCHMARKS.md).
+        let result = rayon::scope(|_| -> Result<(), String> {
             let mut trainer = Trainer::new(config, options).map_err(|e| e.to_string())?;
             let events = outbox.clone();
             let mut sink = move |event: Event| events.send(Message::Event(event));
@@ -138,7 +141,7 @@ pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, contr
             outbox.send(Message::Event(evaluation.event()));
             outbox.send(Message::Evaluated(Box::new(evaluation)));
             Ok(())
-        })();
+        });
         outbox.send(Message::TrainingEnded(result));
     });
 }
