@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use burn::tensor::Device;
-use headroom_datasets::{ClipStore, FileError, Label, PatchShape, Prefetch};
+use headroom_datasets::{ClipStore, FileError, Label, PatchShape};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Normalization, PatchBatch, clip_patches};
@@ -69,7 +69,7 @@ pub async fn clip_scores<M: SpectrogramModel>(
     let normalization = *normalization;
     let (shape, stride) = (settings.shape, settings.stride);
     let jobs: Vec<usize> = indices.to_vec();
-    let batches = Prefetch::new(
+    let batches = crate::data::read_ahead(
         jobs.into_iter(),
         settings.workers,
         2 * settings.workers.max(1),

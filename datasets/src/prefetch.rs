@@ -12,10 +12,17 @@ use std::sync::{Arc, Mutex};
 
 type Job<J> = (u64, J);
 
+/// Hands a job to a pool that runs it on one of its threads ([`Prefetch::spawned`]).
+pub type Spawn = fn(Box<dyn FnOnce() + Send>);
+
+type Work<J, T> = Arc<dyn Fn(J) -> T + Send + Sync>;
+
 pub struct Prefetch<J, T> {
     jobs: Box<dyn Iterator<Item = J> + Send>,
     /// Set when there are no workers: jobs run as their results are taken.
-    inline: Option<Arc<dyn Fn(J) -> T + Send + Sync>>,
+    inline: Option<Work<J, T>>,
+    /// Set when each job is handed to a pool as it is issued.
+    spawned: Option<(Spawn, Work<J, T>, Sender<(u64, T)>)>,
     to_workers: Option<Sender<Job<J>>>,
     from_workers: Receiver<(u64, T)>,
     waiting: BTreeMap<u64, T>,
@@ -39,6 +46,7 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
             return Self {
                 jobs: Box::new(jobs),
                 inline: Some(Arc::new(work)),
+                spawned: None,
                 to_workers: None,
                 from_workers,
                 waiting: BTreeMap::new(),
@@ -68,6 +76,7 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
         let mut prefetch = Self {
             jobs: Box::new(jobs),
             inline: None,
+            spawned: None,
             to_workers: Some(to_workers),
             from_workers,
             waiting: BTreeMap::new(),
@@ -79,7 +88,46 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
         prefetch
     }
 
+    /// Runs `work` on each of `jobs`, each handed to `spawn` as it is issued, `depth`
+    /// results ahead of the consumer: for a build that has a pool's threads but cannot start
+    /// threads of its own (a web page's module with threads, whose rayon pool is Web
+    /// Workers). A job that panics leaves its result missing and the consumer waiting; the
+    /// page's module aborts on a panic.
+    pub fn spawned(
+        jobs: impl Iterator<Item = J> + Send + 'static,
+        depth: usize,
+        work: impl Fn(J) -> T + Send + Sync + 'static,
+        spawn: Spawn,
+    ) -> Self {
+        let (results, from_workers) = channel();
+        let mut prefetch = Self {
+            jobs: Box::new(jobs),
+            inline: None,
+            spawned: Some((spawn, Arc::new(work), results)),
+            to_workers: None,
+            from_workers,
+            waiting: BTreeMap::new(),
+            issued: 0,
+            yielded: 0,
+            depth: depth.max(1) as u64,
+        };
+        prefetch.top_up();
+        prefetch
+    }
+
     fn top_up(&mut self) {
+        if let Some((spawn, work, results)) = &self.spawned {
+            while self.issued < self.yielded + self.depth {
+                let Some(job) = self.jobs.next() else { break };
+                let (work, results, index) = (work.clone(), results.clone(), self.issued);
+                spawn(Box::new(move || {
+                    // The consumer dropped the prefetch: nobody wants the result.
+                    let _ = results.send((index, work(job)));
+                }));
+                self.issued += 1;
+            }
+            return;
+        }
         let Some(sender) = &self.to_workers else {
             return;
         };
@@ -186,6 +234,35 @@ mod tests {
         assert_eq!(prefetch.next(), Some(0));
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert_eq!(prefetch.collect::<Vec<_>>(), vec![10, 20, 30, 40]);
+    }
+
+    #[test]
+    fn spawned_jobs_come_in_job_order_and_no_more_than_depth_ahead() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (l, m) = (live.clone(), most.clone());
+        let spawn: Spawn = |job| {
+            std::thread::spawn(job);
+        };
+        let prefetch = Prefetch::spawned(
+            0..40u64,
+            4,
+            move |i| {
+                let now = l.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros((40 - i) * 50));
+                i * i
+            },
+            spawn,
+        );
+        let mut out = Vec::new();
+        for i in prefetch {
+            out.push(i);
+            live.fetch_sub(1, Ordering::SeqCst);
+        }
+        assert_eq!(out, (0..40u64).map(|i| i * i).collect::<Vec<_>>());
+        // `depth` ahead plus the one just taken.
+        assert!(most.load(Ordering::SeqCst) <= 5, "{most:?} at once");
     }
 
     #[test]

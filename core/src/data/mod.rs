@@ -51,6 +51,24 @@ pub struct LoaderOptions {
     pub files: Option<Arc<[LoadedFile]>>,
 }
 
+/// Read-ahead of `jobs` (Prefetch): on `workers` threads; with none, on the compute pool
+/// where the build has one but cannot start threads (the page's module with threads, whose
+/// rayon pool is Web Workers: the clips' synthesis and features would otherwise run on the
+/// training thread between steps while the pool waited, a third of the page's work on the
+/// default model, bench/web_cpu_profile), else on the training thread as it asks.
+pub(crate) fn read_ahead<J: Send + 'static, T: Send + 'static>(
+    jobs: impl Iterator<Item = J> + Send + 'static,
+    workers: usize,
+    depth: usize,
+    work: impl Fn(J) -> T + Send + Sync + 'static,
+) -> Prefetch<J, T> {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    if workers == 0 && rayon::current_num_threads() > 1 {
+        return Prefetch::spawned(jobs, depth, work, |job| rayon::spawn(job));
+    }
+    Prefetch::new(jobs, workers, depth, work)
+}
+
 impl Default for LoaderOptions {
     fn default() -> Self {
         Self {
@@ -255,7 +273,7 @@ impl RunData {
             .chain(self.validation.iter().map(|&i| (false, i)))
             .collect();
         let depth = 4 * self.loader.workers.max(1);
-        let results = Prefetch::new(
+        let results = read_ahead(
             jobs.into_iter(),
             self.loader.workers,
             depth,

@@ -218,7 +218,7 @@ impl TrainStream {
             self.seed,
             self.normalization,
         );
-        let patches = Prefetch::new(
+        let patches = super::read_ahead(
             positions,
             self.workers,
             self.depth,
