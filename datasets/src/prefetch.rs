@@ -17,12 +17,19 @@ pub type Spawn = fn(Box<dyn FnOnce() + Send>);
 
 type Work<J, T> = Arc<dyn Fn(J) -> T + Send + Sync>;
 
+/// What a job handed to a pool needs: the pool's hand, the work, where its result goes.
+struct Spawned<J, T> {
+    spawn: Spawn,
+    work: Work<J, T>,
+    results: Sender<(u64, T)>,
+}
+
 pub struct Prefetch<J, T> {
     jobs: Box<dyn Iterator<Item = J> + Send>,
     /// Set when there are no workers: jobs run as their results are taken.
     inline: Option<Work<J, T>>,
     /// Set when each job is handed to a pool as it is issued.
-    spawned: Option<(Spawn, Work<J, T>, Sender<(u64, T)>)>,
+    spawned: Option<Spawned<J, T>>,
     to_workers: Option<Sender<Job<J>>>,
     from_workers: Receiver<(u64, T)>,
     waiting: BTreeMap<u64, T>,
@@ -103,7 +110,11 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
         let mut prefetch = Self {
             jobs: Box::new(jobs),
             inline: None,
-            spawned: Some((spawn, Arc::new(work), results)),
+            spawned: Some(Spawned {
+                spawn,
+                work: Arc::new(work),
+                results,
+            }),
             to_workers: None,
             from_workers,
             waiting: BTreeMap::new(),
@@ -116,7 +127,12 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
     }
 
     fn top_up(&mut self) {
-        if let Some((spawn, work, results)) = &self.spawned {
+        if let Some(Spawned {
+            spawn,
+            work,
+            results,
+        }) = &self.spawned
+        {
             while self.issued < self.yielded + self.depth {
                 let Some(job) = self.jobs.next() else { break };
                 let (work, results, index) = (work.clone(), results.clone(), self.issued);
