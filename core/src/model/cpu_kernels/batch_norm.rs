@@ -24,6 +24,7 @@ use burn::nn::BatchNorm;
 use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
+use super::unwritten::Unwritten;
 use super::{contiguous, lanes, register, tensor, writable};
 
 const SIX: f32 = 6.0;
@@ -177,7 +178,8 @@ fn normalize(
         .enumerate()
         .map(|(c, &(mean, inv_std))| (gamma[c] * inv_std, beta[c] - mean * gamma[c] * inv_std))
         .unzip();
-    let mut y = vec![0.0f32; values.len()];
+    // Zeroed by the tasks that write it (`Unwritten`), not on this thread.
+    let mut y = Unwritten::new(values.len());
     // One loop per activation: a match inside the loop kept it from vectorising.
     match after {
         After::Nothing => affine_pass(&mut y, &values, [&scale, &shift], plane, |v| v),
@@ -188,13 +190,13 @@ fn normalize(
             After::Relu6.apply(v)
         }),
     }
-    tensor(y, shape)
+    tensor(y.written(), shape)
 }
 
 /// `y = then(x * scale[c] + shift[c])` over `[n, c, plane]` values, a run of samples per
 /// rayon task.
 fn affine_pass(
-    y: &mut [f32],
+    y: &mut Unwritten,
     x: &[f32],
     [scale, shift]: [&[f32]; 2],
     plane: usize,
@@ -281,7 +283,7 @@ fn backward(
     }
     let [a, b, c] = &terms;
     let sample = channels * plane;
-    let mut dx = vec![0.0f32; values.len()];
+    let mut dx = Unwritten::new(values.len());
     dx.par_chunks_mut(sample.max(1))
         .zip(
             g.par_chunks(sample.max(1))
@@ -312,7 +314,7 @@ fn backward(
         .collect();
     let dbeta: Vec<f32> = sums.iter().map(|[sum, _]| *sum).collect();
     [
-        tensor(dx, shape),
+        tensor(dx.written(), shape),
         tensor(dgamma, Shape::new([channels])),
         tensor(dbeta, Shape::new([channels])),
     ]

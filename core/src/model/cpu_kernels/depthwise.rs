@@ -23,6 +23,7 @@ use burn::tensor::{Shape, Tensor};
 use rayon::prelude::*;
 
 use super::plane::{Plane, Scratch};
+use super::unwritten::Unwritten;
 use super::{contiguous, register, tensor};
 
 /// `x` (`[n, c, h, w]`) convolved with one `k x k` filter per channel (`weight`:
@@ -74,7 +75,8 @@ fn depthwise_forward(x: &FlexTensor, weight: &FlexTensor, plane: Plane) -> FlexT
     let (x, w) = (contiguous(x), contiguous(weight));
     let (large, small) = (plane.large_len(), plane.small_len());
     let taps = plane.kernel * plane.kernel;
-    let mut y = vec![0.0f32; shape[0] * channels * small];
+    // Zeroed by the tasks that write it (`Unwritten`), not on this thread.
+    let mut y = Unwritten::new(shape[0] * channels * small);
     y.par_chunks_mut(small.max(1)).enumerate().for_each_init(
         Scratch::default,
         |scratch, (i, y)| {
@@ -89,7 +91,7 @@ fn depthwise_forward(x: &FlexTensor, weight: &FlexTensor, plane: Plane) -> FlexT
         },
     );
     tensor(
-        y,
+        y.written(),
         Shape::new([shape[0], channels, plane.small[0], plane.small[1]]),
     )
 }
@@ -108,7 +110,7 @@ fn depthwise_backward(
     let (large, small) = (plane.large_len(), plane.small_len());
     let taps = plane.kernel * plane.kernel;
     let dx = input.then(|| {
-        let mut dx = vec![0.0f32; n * channels * large];
+        let mut dx = Unwritten::new(n * channels * large);
         dx.par_chunks_mut(large.max(1)).enumerate().for_each_init(
             Scratch::default,
             |scratch, (i, dx)| {
@@ -117,7 +119,7 @@ fn depthwise_backward(
                 input_gradient(plane, dy, w, dx, scratch);
             },
         );
-        tensor(dx, x_shape)
+        tensor(dx.written(), x_shape)
     });
     // A channel's taps summed over the samples in order: the same on any thread count.
     let dw = weight_wanted.then(|| {
