@@ -137,13 +137,8 @@ fn channel_sums<const K: usize>(
     (0..channels)
         .into_par_iter()
         .map(|c| {
-            (0..n).fold([0.0f32; K], |mut sum, s| {
-                let (a, b) = (&a[start(s, c)..][..plane], &b[start(s, c)..][..plane]);
-                for (total, part) in sum.iter_mut().zip(lanes::sums(a, b, |a, b| term(c, a, b))) {
-                    *total += part;
-                }
-                sum
-            })
+            let rows = (0..n).map(|s| (&a[start(s, c)..][..plane], &b[start(s, c)..][..plane]));
+            lanes::sums_over(rows, |a, b| term(c, a, b))
         })
         .collect()
 }

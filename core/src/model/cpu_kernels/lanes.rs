@@ -31,6 +31,41 @@ pub fn sums<const K: usize>(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> [f3
     totals
 }
 
+/// [`sums`] over several pairs of rows, each row's whole chunks kept in the lanes across the
+/// rows and its remainder summed apart, reduced once at the end: rows of a few dozen values
+/// (batch norm's planes of 4 x 4 to 32 x 32, a channel's over the samples) paid a reduction
+/// of the lanes per row.
+#[inline]
+pub fn sums_over<'a, const K: usize>(
+    rows: impl Iterator<Item = (&'a [f32], &'a [f32])>,
+    term: impl Fn(f32, f32) -> [f32; K],
+) -> [f32; K] {
+    let mut lanes = [[0.0f32; LANES]; K];
+    let mut rest = [0.0f32; K];
+    for (a, b) in rows {
+        let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let (a_rest, b_rest) = (a_chunks.remainder(), b_chunks.remainder());
+        for (a, b) in a_chunks.zip(b_chunks) {
+            for lane in 0..LANES {
+                let terms = term(a[lane], b[lane]);
+                for (sum, t) in lanes.iter_mut().zip(terms) {
+                    sum[lane] += t;
+                }
+            }
+        }
+        for (&a, &b) in a_rest.iter().zip(b_rest) {
+            for (total, t) in rest.iter_mut().zip(term(a, b)) {
+                *total += t;
+            }
+        }
+    }
+    let mut totals = lanes.map(|lane| lane.iter().sum::<f32>());
+    for (total, r) in totals.iter_mut().zip(rest) {
+        *total += r;
+    }
+    totals
+}
+
 /// The sum of `term(v)` over a row.
 #[inline]
 pub fn sum_of(row: &[f32], term: impl Fn(f32) -> f32) -> f32 {
@@ -62,6 +97,17 @@ mod tests {
             assert!((sum(&a) as f64 - plain_total).abs() < 1e-4, "sum at {len}");
             let squares: f64 = a.iter().map(|&a| (a * a) as f64).sum();
             assert!((sum_of(&a, |v| v * v) as f64 - squares).abs() < 1e-4);
+            // The same rows three times over, as one.
+            let rows = (0..3).map(|_| (a.as_slice(), b.as_slice()));
+            let [dot3, total3] = sums_over(rows, |a, b| [a * b, a]);
+            assert!(
+                (dot3 as f64 - 3.0 * plain_dot).abs() < 1e-4,
+                "dot over rows at {len}"
+            );
+            assert!(
+                (total3 as f64 - 3.0 * plain_total).abs() < 1e-4,
+                "sum over rows at {len}"
+            );
         }
     }
 }
