@@ -80,19 +80,7 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
                 }
             });
         }
-        let mut prefetch = Self {
-            jobs: Box::new(jobs),
-            inline: None,
-            spawned: None,
-            to_workers: Some(to_workers),
-            from_workers,
-            waiting: BTreeMap::new(),
-            issued: 0,
-            yielded: 0,
-            depth: depth.max(1) as u64,
-        };
-        prefetch.top_up();
-        prefetch
+        Self::issuing(Box::new(jobs), from_workers, depth, Some(to_workers), None)
     }
 
     /// Runs `work` on each of `jobs`, each handed to `spawn` as it is issued, `depth`
@@ -107,15 +95,28 @@ impl<J: Send + 'static, T: Send + 'static> Prefetch<J, T> {
         spawn: Spawn,
     ) -> Self {
         let (results, from_workers) = channel();
+        let spawned = Spawned {
+            spawn,
+            work: Arc::new(work),
+            results,
+        };
+        Self::issuing(Box::new(jobs), from_workers, depth, None, Some(spawned))
+    }
+
+    /// A read-ahead whose results come on `from_workers`, its first `depth` jobs issued
+    /// (to the worker threads' queue or to the pool).
+    fn issuing(
+        jobs: Box<dyn Iterator<Item = J> + Send>,
+        from_workers: Receiver<(u64, T)>,
+        depth: usize,
+        to_workers: Option<Sender<Job<J>>>,
+        spawned: Option<Spawned<J, T>>,
+    ) -> Self {
         let mut prefetch = Self {
-            jobs: Box::new(jobs),
+            jobs,
             inline: None,
-            spawned: Some(Spawned {
-                spawn,
-                work: Arc::new(work),
-                results,
-            }),
-            to_workers: None,
+            spawned,
+            to_workers,
             from_workers,
             waiting: BTreeMap::new(),
             issued: 0,

@@ -12,8 +12,27 @@ const LANES: usize = 16;
 #[inline]
 pub fn sums<const K: usize>(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> [f32; K]) -> [f32; K] {
     let mut lanes = [[0.0f32; LANES]; K];
+    let (a_rest, b_rest) = add_chunks(&mut lanes, a, b, &term);
+    let mut totals = lanes.map(|lane| lane.iter().sum::<f32>());
+    for (&a, &b) in a_rest.iter().zip(b_rest) {
+        for (total, t) in totals.iter_mut().zip(term(a, b)) {
+            *total += t;
+        }
+    }
+    totals
+}
+
+/// Adds the terms of the rows' whole chunks of `LANES` values into `lanes`; returns the
+/// rows' remainders.
+#[inline]
+fn add_chunks<'a, const K: usize>(
+    lanes: &mut [[f32; LANES]; K],
+    a: &'a [f32],
+    b: &'a [f32],
+    term: &impl Fn(f32, f32) -> [f32; K],
+) -> (&'a [f32], &'a [f32]) {
     let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (a_rest, b_rest) = (a_chunks.remainder(), b_chunks.remainder());
+    let rest = (a_chunks.remainder(), b_chunks.remainder());
     for (a, b) in a_chunks.zip(b_chunks) {
         for lane in 0..LANES {
             let terms = term(a[lane], b[lane]);
@@ -22,13 +41,7 @@ pub fn sums<const K: usize>(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> [f3
             }
         }
     }
-    let mut totals = lanes.map(|lane| lane.iter().sum::<f32>());
-    for (&a, &b) in a_rest.iter().zip(b_rest) {
-        for (total, t) in totals.iter_mut().zip(term(a, b)) {
-            *total += t;
-        }
-    }
-    totals
+    rest
 }
 
 /// [`sums`] over several pairs of rows, each row's whole chunks kept in the lanes across the
@@ -43,16 +56,7 @@ pub fn sums_over<'a, const K: usize>(
     let mut lanes = [[0.0f32; LANES]; K];
     let mut rest = [0.0f32; K];
     for (a, b) in rows {
-        let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        let (a_rest, b_rest) = (a_chunks.remainder(), b_chunks.remainder());
-        for (a, b) in a_chunks.zip(b_chunks) {
-            for lane in 0..LANES {
-                let terms = term(a[lane], b[lane]);
-                for (sum, t) in lanes.iter_mut().zip(terms) {
-                    sum[lane] += t;
-                }
-            }
-        }
+        let (a_rest, b_rest) = add_chunks(&mut lanes, a, b, &term);
         for (&a, &b) in a_rest.iter().zip(b_rest) {
             for (total, t) in rest.iter_mut().zip(term(a, b)) {
                 *total += t;
