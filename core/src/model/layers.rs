@@ -114,12 +114,12 @@ pub fn up(
     relu_if(y, relu)
 }
 
-/// `norm` over `x`, then a ReLU: on flex one host op (`cpu_kernels::group_norm`, where
-/// burn records nine passes each keeping its input); elsewhere burn's.
+/// `norm` over `x`, then a ReLU: on flex in f32 one host op (`cpu_kernels::group_norm`,
+/// where burn records nine passes each keeping its input); elsewhere burn's.
 pub fn group_norm_relu(norm: &GroupNorm, x: Tensor<4>) -> Tensor<4> {
     #[cfg(feature = "flex")]
     if let (true, Some(gamma), Some(beta)) = (
-        super::cpu_kernels::runs_on(&x.device()),
+        super::cpu_kernels::take(&x),
         &norm.gamma,
         &norm.beta,
     ) {
