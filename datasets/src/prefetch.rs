@@ -1,7 +1,8 @@
 //! Ordered read-ahead on worker threads: jobs run in parallel, results come back in job
 //! order, and at most `depth` results exist at once (queued, in progress or waiting to be
 //! taken), which is what bounds the loader's host memory. With no workers, each job runs on
-//! the consumer's thread when its result is taken: a web page has no threads to spawn.
+//! the consumer's thread when its result is taken: a web page has no threads to spawn. A
+//! page's module with threads hands each job to its pool instead ([`Prefetch::spawned`]).
 //!
 //! Written here rather than taken from rayon: rayon's parallel iterators collect a whole
 //! input before yielding and have no bound on results held ahead of the consumer.
