@@ -118,11 +118,8 @@ pub fn up(
 /// where burn records nine passes each keeping its input); elsewhere burn's.
 pub fn group_norm_relu(norm: &GroupNorm, x: Tensor<4>) -> Tensor<4> {
     #[cfg(feature = "flex")]
-    if let (true, Some(gamma), Some(beta)) = (
-        super::cpu_kernels::take(&x),
-        &norm.gamma,
-        &norm.beta,
-    ) {
+    if let (true, Some(gamma), Some(beta)) = (super::cpu_kernels::take(&x), &norm.gamma, &norm.beta)
+    {
         return super::cpu_kernels::group_norm::normalise(
             x,
             gamma.val(),
