@@ -235,11 +235,7 @@ impl PlainCnn {
             // On the CPU Headroom's convolution kernels (their weight gradient one GEMM per
             // sample, where burn's is a convolution of 9 rows), then the norm and ReLU as
             // one op on flex.
-            let y = if cpu_forms::is_cpu(&x.device()) {
-                cpu_forms::conv(conv, x, false)
-            } else {
-                conv.forward(x)
-            };
+            let y = cpu_forms::conv_or_burns(conv, x, false);
             x = layers::group_norm_relu(norm, y);
         }
         let [n, c, _, _] = x.dims();

@@ -187,11 +187,7 @@ impl Generator {
         }
         // One output channel: on flex its planes, on the other CPU backends every tap's
         // product at once (`conv_by_taps`).
-        let x = if cpu_forms::is_cpu(&x.device()) {
-            cpu_forms::conv(&self.out, x, false)
-        } else {
-            self.out.forward(x)
-        };
+        let x = cpu_forms::conv_or_burns(&self.out, x, false);
         if x.dims()[2..] == [self.mels, self.frames] {
             x
         } else {

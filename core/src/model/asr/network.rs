@@ -10,7 +10,7 @@ use burn::nn::{
     Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig,
     PositionalEncoding, PositionalEncodingConfig,
 };
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
@@ -166,13 +166,7 @@ impl AsrNetworks {
         // unfolded-gradient kernels; bias and ReLU fused):
         // burn's weight gradients here are matrix products a few rows wide. Elsewhere burn's
         // convolutions, the form the recogniser was measured in on wgpu.
-        let conv = |layer: &Conv2d, x: Tensor<4>| {
-            if cpu_forms::is_cpu(&x.device()) {
-                cpu_forms::conv(layer, x, true)
-            } else {
-                relu(layer.forward(x))
-            }
-        };
+        let conv = |layer: &Conv2d, x: Tensor<4>| cpu_forms::conv_or_burns(layer, x, true);
         let x = conv(&self.conv2, conv(&self.conv1, x));
         let [_, channels, steps, bands] = x.dims();
         let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);
