@@ -122,10 +122,14 @@ class Browser:
         event = self.events.pop(0) if self.events else self._receive(time.monotonic() + timeout)
         if event and event.get("method") == "Target.attachedToTarget":
             worker = event["params"]["sessionId"]
-            for domain in ("Runtime", "Log"):
-                self.call(f"{domain}.enable", session=worker)
+            self.worker_attached(worker)
             self.call("Runtime.runIfWaitingForDebugger", session=worker)
         return event
+
+    def worker_attached(self, worker: str) -> None:
+        """What a worker's session enables before the worker runs its first line."""
+        for domain in ("Runtime", "Log"):
+            self.call(f"{domain}.enable", session=worker)
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", {"url": url}, session=self.session)
