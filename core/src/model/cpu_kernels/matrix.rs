@@ -68,6 +68,20 @@ pub fn gemm(dst: &mut [f32], accumulate: bool, lhs: Mat, rhs: Mat) {
     unsafe { gemm_into(dst.as_mut_ptr(), n, accumulate, lhs, rhs, 1.0) }
 }
 
+/// `dst = lhs @ rhs` into the `m x n` block at the start of `dst`, rows `dst_row_stride`
+/// apart; single-threaded.
+pub fn gemm_block(dst: &mut [f32], dst_row_stride: usize, lhs: Mat, rhs: Mat) {
+    let [m, n] = [lhs.shape()[0], rhs.shape()[1]];
+    assert!(
+        m == 0 || n == 0 || (m - 1) * dst_row_stride + n <= dst.len(),
+        "destination block past its buffer"
+    );
+    assert!(n <= dst_row_stride || m <= 1, "destination rows overlap");
+    // SAFETY: every element written lies inside `dst` (checked above), which is borrowed
+    // mutably for the call.
+    unsafe { gemm_into(dst.as_mut_ptr(), dst_row_stride, false, lhs, rhs, 1.0) }
+}
+
 /// `dst (+)= scale * lhs @ rhs` into the `m x n` block at `dst`, rows `dst_row_stride`
 /// apart; single-threaded.
 ///

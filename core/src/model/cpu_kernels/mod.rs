@@ -29,6 +29,7 @@ mod lanes;
 pub mod layer_norm;
 pub mod linear;
 mod matrix;
+mod per_thread;
 mod plane;
 pub mod relu6;
 pub mod thin;
@@ -209,6 +210,17 @@ fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
     }
 }
 
+/// `grads` (at an activation's output `y`) taken back through it: scaled by `slope` where
+/// `y <= 0` (0 for ReLU). A factor chosen per value, not a branch, and `slope` by value, not
+/// read through the closure's reference each time: so the loop vectorises (the branch ran a
+/// value at a time, 5.8% of a flex step of the default model at 16 x 1, perf). The same
+/// values: `g * 1.0` is `g`.
+fn through_activation(grads: &mut [f32], y: &[f32], slope: f32) {
+    for (g, &y) in grads.iter_mut().zip(y) {
+        *g *= if y <= 0.0 { slope } else { 1.0 };
+    }
+}
+
 fn dims4(t: &FlexTensor) -> [usize; 4] {
     let shape = t.shape();
     [shape[0], shape[1], shape[2], shape[3]]
@@ -312,9 +324,7 @@ impl LayerKernels for Flex {
             .with_min_len((CHUNK / plane.max(1)).max(1))
             .for_each(|(i, (grads, sum))| {
                 if let Some(y) = &output {
-                    for (g, &y) in grads.iter_mut().zip(&y[i * plane..(i + 1) * plane]) {
-                        *g = if y <= 0.0 { *g * slope } else { *g };
-                    }
+                    through_activation(grads, &y[i * plane..(i + 1) * plane], slope);
                 }
                 *sum = lanes::sum(grads);
             });

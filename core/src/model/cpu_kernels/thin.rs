@@ -14,6 +14,7 @@
 
 use rayon::prelude::*;
 
+use super::per_thread::PerThread;
 use super::plane::{Plane, Scratch};
 use super::sum_partials;
 use super::unwritten::Unwritten;
@@ -37,19 +38,21 @@ pub(super) fn conv_forward(
     let n = x.len() / (cin * large).max(1);
     let starts = plane.tap_starts();
     let mut y = Unwritten::new(n * cout * small);
-    y.par_chunks_mut(cout * small).enumerate().for_each_init(
-        Scratch::default,
-        |scratch, (i, y)| {
-            let (phases, flat) = scratch.sized(plane, [cin, 1]);
-            plane.split_each(&x[i * cin * large..][..cin * large], phases);
-            for (o, y) in y.chunks_mut(small).enumerate() {
-                let w = &w[o * cin * taps..][..cin * taps];
-                plane.filter_sum(&starts, phases, w, flat);
-                plane.crop(flat, y);
-            }
-            finish(y);
-        },
-    );
+    let scratches = PerThread::new();
+    y.par_chunks_mut(cout * small)
+        .enumerate()
+        .for_each(|(i, y)| {
+            scratches.with(Scratch::default, |scratch| {
+                let (phases, flat) = scratch.sized(plane, [cin, 1]);
+                plane.split_each(&x[i * cin * large..][..cin * large], phases);
+                for (o, y) in y.chunks_mut(small).enumerate() {
+                    let w = &w[o * cin * taps..][..cin * taps];
+                    plane.filter_sum(&starts, phases, w, flat);
+                    plane.crop(flat, y);
+                }
+                finish(y);
+            })
+        });
     y.written()
 }
 
@@ -98,22 +101,22 @@ pub(super) fn conv_backward(
     };
     let mut dx = input.then(|| Unwritten::new(n * cin * large));
     let mut partials = weight.then(|| Unwritten::new(n * dw_len));
+    let scratches = PerThread::new();
+    let sample = |i, dx, dw| scratches.with(Scratch::default, |s| sample(i, dx, dw, s));
     match (dx.as_mut(), partials.as_mut()) {
         (Some(dx), Some(partials)) => dx
             .par_chunks_mut(cin * large)
             .zip(partials.par_chunks_mut(dw_len))
             .enumerate()
-            .for_each_init(Scratch::default, |s, (i, (dx, dw))| {
-                sample(i, Some(dx), Some(dw), s)
-            }),
+            .for_each(|(i, (dx, dw))| sample(i, Some(dx), Some(dw))),
         (Some(dx), None) => dx
             .par_chunks_mut(cin * large)
             .enumerate()
-            .for_each_init(Scratch::default, |s, (i, dx)| sample(i, Some(dx), None, s)),
+            .for_each(|(i, dx)| sample(i, Some(dx), None)),
         (None, Some(partials)) => partials
             .par_chunks_mut(dw_len)
             .enumerate()
-            .for_each_init(Scratch::default, |s, (i, dw)| sample(i, None, Some(dw), s)),
+            .for_each(|(i, dw)| sample(i, None, Some(dw))),
         (None, None) => {}
     }
     (

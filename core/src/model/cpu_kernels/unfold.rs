@@ -12,7 +12,8 @@
 
 use rayon::prelude::*;
 
-use super::matrix::{Mat, gemm};
+use super::matrix::{Mat, gemm, gemm_block};
+use super::per_thread::PerThread;
 use super::unwritten::Unwritten;
 use runs::{Run, Scratch};
 
@@ -58,8 +59,20 @@ impl Window {
     /// `[rows, positions]` from one sample's large image, row r at `out[r * ld..]` (`ld`
     /// at least `positions`: a run's samples side by side in one matrix).
     pub fn unfold(&self, large: &[f32], out: &mut [f32], ld: usize) {
+        self.unfold_rows(large, out, ld, 0..self.small[0]);
+    }
+
+    /// [`Window::unfold`]'s columns of the small rows `small_rows` only, row r at
+    /// `out[r * ld..]`.
+    fn unfold_rows(
+        &self,
+        large: &[f32],
+        out: &mut [f32],
+        ld: usize,
+        small_rows: std::ops::Range<usize>,
+    ) {
         let [lh, lw] = self.large;
-        let [sh, sw] = self.small;
+        let sw = self.small[1];
         let (k, stride) = (self.kernel, self.stride.max(1));
         // At a stride above 1 a tap reads every `stride`-th column of a row, and the k taps
         // of a window row read the same row at k offsets: each plane is first split by column
@@ -79,10 +92,17 @@ impl Window {
         } else {
             Vec::new()
         };
+        // The large rows that the small rows' windows read.
+        let end = ((small_rows.end * stride + k).saturating_sub(self.padding + stride)).min(lh);
+        let needed = (small_rows.start * stride)
+            .saturating_sub(self.padding)
+            .min(end)..end;
         for c in 0..self.channels {
             let plane = &large[c * lh * lw..(c + 1) * lh * lw];
             let phased: &[f32] = if stride > 1 {
-                for (src, dst) in plane.chunks_exact(lw).zip(split.chunks_exact_mut(lw)) {
+                let lines = needed.start * lw..needed.end * lw;
+                let (src, dst) = (&plane[lines.clone()], &mut split[lines]);
+                for (src, dst) in src.chunks_exact(lw).zip(dst.chunks_exact_mut(lw)) {
                     if stride == 2 {
                         // Pairs, which the compiler turns into vector shuffles (without this
                         // branch a GAN step at 16 x 4 ran 1.6% and 5.9% slower, medians of
@@ -113,12 +133,12 @@ impl Window {
                 for kx in 0..k {
                     let cols_inside = self.inside(kx, 1);
                     let row = (c * k + ky) * k + kx;
-                    let dst = &mut out[row * ld..row * ld + sh * sw];
+                    let dst = &mut out[row * ld..row * ld + small_rows.len() * sw];
                     // The first column inside reads large column `lx0`, then every
                     // `stride`-th one: phase lx0 % stride from its (lx0 / stride)-th value.
                     let lx0 = (cols_inside.start * stride + kx).saturating_sub(self.padding);
                     let from = phase_start[lx0 % stride] + lx0 / stride;
-                    for (sy, line) in dst.chunks_exact_mut(sw).enumerate() {
+                    for (sy, line) in small_rows.clone().zip(dst.chunks_exact_mut(sw)) {
                         if !rows_inside.contains(&sy) || cols_inside.is_empty() {
                             line.fill(0.0);
                             continue;
@@ -133,6 +153,17 @@ impl Window {
                 }
             }
         }
+    }
+
+    /// Small rows per block where one sample's unfolded matrix would outgrow a core's cache:
+    /// unfolded and multiplied a block at a time, so that its two products read it from
+    /// cache; every row where it fits, or where a run is several samples.
+    fn block_rows(&self, run: Run) -> usize {
+        let row_len = self.rows() * self.small[1];
+        if run.together > 1 || row_len == 0 {
+            return self.small[0];
+        }
+        (BLOCK_VALUES / row_len).clamp(1, self.small[0].max(1))
     }
 
     /// Samples `first..first + count` of `images` (one large image each) unfolded side by
@@ -259,6 +290,9 @@ impl Window {
     }
 }
 
+/// An unfolded block's values at most (see [`Window::block_rows`]).
+const BLOCK_VALUES: usize = 64 * 1024;
+
 /// Which gradients to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wanted {
@@ -352,8 +386,29 @@ pub fn conv_transpose_backward(
     let sample = cin * positions;
     let mut dx = wanted.input.then(|| Unwritten::new(n * sample));
     let weight = Mat::new(w, cin, rows);
+    let block = window.block_rows(run);
     let per_group =
         |first: usize, count: usize, dx: Option<&mut [f32]>, dw: &mut [f32], s: &mut Scratch| {
+            if count == 1 && block < window.small[0] {
+                let sw = window.small[1];
+                let x = &x[first * sample..(first + 1) * sample];
+                let dy = &dy[first * large..(first + 1) * large];
+                let mut dx = dx;
+                for start in (0..window.small[0]).step_by(block) {
+                    let rows_here = start..(start + block).min(window.small[0]);
+                    let ld = rows_here.len() * sw;
+                    window.unfold_rows(dy, &mut s.cols, ld, rows_here.clone());
+                    let unfolded = Mat::new(&s.cols[..rows * ld], rows, ld);
+                    if wanted.weight {
+                        let input = Mat::strided(&x[start * sw..], cin, ld, positions);
+                        gemm(dw, true, unfolded, input.t());
+                    }
+                    if let Some(dx) = dx.as_deref_mut() {
+                        gemm_block(&mut dx[start * sw..], positions, weight, unfolded);
+                    }
+                }
+                return;
+            }
             let ld = window.unfold_samples(dy, first, count, &mut s.cols);
             let unfolded = Mat::new(&s.cols[..rows * ld], rows, ld);
             if wanted.weight {
@@ -368,7 +423,8 @@ pub fn conv_transpose_backward(
     let dw = run.over_batch(
         n,
         sample,
-        || Scratch::sized(rows, cin, run, positions),
+        // A block's columns where the sample is unfolded a block at a time.
+        || Scratch::sized(rows, cin, run, block * window.small[1]),
         cin * rows,
         dx.as_mut(),
         per_group,
@@ -396,19 +452,22 @@ pub fn conv_forward(
     let sample = out * positions;
     let mut y = Unwritten::new(n * sample);
     let weight = Mat::new(w, out, rows);
+    let scratches = PerThread::new();
     y.par_chunks_mut((run.together * sample).max(1))
         .enumerate()
-        .for_each_init(
-            || Scratch::sized(rows, out, run, positions),
-            |s, (r, y)| {
-                let first = r * run.together;
-                let count = y.len() / sample.max(1);
-                let ld = window.unfold_samples(x, first, count, &mut s.cols);
-                let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
-                product_apart(weight, cols, &mut s.other, y, positions);
-                y.chunks_mut(sample.max(1)).for_each(&finish);
-            },
-        );
+        .for_each(|(r, y)| {
+            scratches.with(
+                || Scratch::sized(rows, out, run, positions),
+                |s| {
+                    let first = r * run.together;
+                    let count = y.len() / sample.max(1);
+                    let ld = window.unfold_samples(x, first, count, &mut s.cols);
+                    let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
+                    product_apart(weight, cols, &mut s.other, y, positions);
+                    y.chunks_mut(sample.max(1)).for_each(&finish);
+                },
+            )
+        });
     y.written()
 }
 
@@ -434,23 +493,27 @@ pub fn conv_transpose_forward(
     let run = Run::of(n, positions);
     let mut y = Unwritten::new(n * large);
     let weight = Mat::new(w, cin, rows);
+    let scratches = PerThread::new();
     y.par_chunks_mut((run.together * large).max(1))
         .enumerate()
-        .for_each_init(
-            || Scratch::sized(rows, cin, run, positions),
-            |s, (r, out)| {
-                let first = r * run.together;
-                let count = out.len() / large.max(1);
-                let ld = count * positions;
-                let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
-                let cols = &mut s.cols[..rows * ld];
-                gemm(cols, false, weight.t(), Mat::new(input, cin, ld));
-                for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
-                    window.fold(&cols[i * positions..], ld, out);
-                    finish(out);
-                }
-            },
-        );
+        .for_each(|(r, out)| {
+            scratches.with(
+                || Scratch::sized(rows, cin, run, positions),
+                |s| {
+                    let first = r * run.together;
+                    let count = out.len() / large.max(1);
+                    let ld = count * positions;
+                    let input =
+                        side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
+                    let cols = &mut s.cols[..rows * ld];
+                    gemm(cols, false, weight.t(), Mat::new(input, cin, ld));
+                    for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
+                        window.fold(&cols[i * positions..], ld, out);
+                        finish(out);
+                    }
+                },
+            )
+        });
     y.written()
 }
 

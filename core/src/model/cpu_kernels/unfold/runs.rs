@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::super::per_thread::PerThread;
 use super::super::sum_partials;
 use super::super::unwritten::Unwritten;
 
@@ -64,24 +65,31 @@ impl Run {
                 .step_by(together)
                 .map(move |g| (g, together.min(n - g).min(first + samples - g)))
         };
+        let scratches = PerThread::new();
         match dx {
             Some(dx) => partials
                 .par_chunks_mut(dw_len)
                 .zip(dx.par_chunks_mut(samples * dx_len))
                 .enumerate()
-                .for_each_init(scratch, |s, (run, (dw, dx))| {
-                    for ((first, count), dx) in groups(run).zip(dx.chunks_mut(together * dx_len)) {
-                        per_group(first, count, Some(dx), dw, s);
-                    }
+                .for_each(|(run, (dw, dx))| {
+                    scratches.with(&scratch, |s| {
+                        for ((first, count), dx) in
+                            groups(run).zip(dx.chunks_mut(together * dx_len))
+                        {
+                            per_group(first, count, Some(dx), dw, s);
+                        }
+                    })
                 }),
-            None => partials.par_chunks_mut(dw_len).enumerate().for_each_init(
-                scratch,
-                |s, (run, dw)| {
-                    for (first, count) in groups(run) {
-                        per_group(first, count, None, dw, s);
-                    }
-                },
-            ),
+            None => partials
+                .par_chunks_mut(dw_len)
+                .enumerate()
+                .for_each(|(run, dw)| {
+                    scratches.with(&scratch, |s| {
+                        for (first, count) in groups(run) {
+                            per_group(first, count, None, dw, s);
+                        }
+                    })
+                }),
         }
         sum_partials(&partials.written(), dw_len)
     }

@@ -12,6 +12,7 @@
 //! dimension is `in * (k/s)^2` (256 there) and a sample's product is 0.5 MiB.
 
 use super::super::matrix::{Mat, gemm};
+use super::super::per_thread::PerThread;
 use super::super::unwritten::Unwritten;
 use super::{Run, Window};
 use rayon::prelude::*;
@@ -164,17 +165,18 @@ pub(super) fn conv_transpose_forward(
     let weights = phases.weights(w, cin);
     let weights = Mat::new(&weights, product_rows, rows);
     let mut y = Unwritten::new(n * large);
+    let scratches = PerThread::new();
     y.par_chunks_mut((run.together * large).max(1))
         .enumerate()
-        .for_each_init(
-            || {
-                let columns = run.together * grid;
+        .for_each(|(r, out)| {
+            let columns = run.together * grid;
+            let make = || {
                 (
                     vec![0.0f32; rows * columns],
                     vec![0.0f32; product_rows * columns],
                 )
-            },
-            |(cols, product), (r, out)| {
+            };
+            scratches.with(make, |(cols, product)| {
                 let first = r * run.together;
                 let count = out.len() / large.max(1);
                 let ld = input.unfold_samples(x, first, count, cols);
@@ -189,7 +191,7 @@ pub(super) fn conv_transpose_forward(
                     phases.interleave(product, ld, i * grid, out);
                     finish(out);
                 }
-            },
-        );
+            })
+        });
     y.written()
 }

@@ -173,6 +173,16 @@ fn conv_transpose_gradients_match_direct_loops() {
         ..window
     };
     check_conv_transpose_gradients(10, wide, 3);
+    // A sample too large to unfold whole (128 rows x 40 x 36 positions): blocks of 14 small
+    // rows, the last of 12.
+    let large = Window {
+        channels: 8,
+        large: [80, 72],
+        small: [40, 36],
+        ..window
+    };
+    assert_eq!(large.block_rows(Run::of(3, 40 * 36)), 14);
+    check_conv_transpose_gradients(3, large, 3);
 }
 
 /// A convolution over `n` samples against direct loops.
