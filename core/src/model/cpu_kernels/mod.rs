@@ -186,13 +186,19 @@ fn sum_partials(partials: &[f32], len: usize) -> Vec<f32> {
     let mut total = Unwritten::new(len);
     // In parallel over stretches of the sum, each adding the partials in order (the same
     // sums as one thread's): a decoder layer's 98,304 weights from 8 partials ran on one
-    // thread while the other waited.
+    // thread while the other waited. A small sum stays on this thread, where handing it
+    // to the pool would cost more than the adds.
+    let stretch = if partials.len() < 4 * CHUNK {
+        len
+    } else {
+        CHUNK
+    };
     total
-        .par_chunks_mut(CHUNK)
+        .par_chunks_mut(stretch)
         .enumerate()
         .for_each(|(i, total)| {
             for part in partials.chunks(len.max(1)) {
-                for (t, p) in total.iter_mut().zip(&part[i * CHUNK..]) {
+                for (t, p) in total.iter_mut().zip(&part[i * stretch..]) {
                     *t += p;
                 }
             }

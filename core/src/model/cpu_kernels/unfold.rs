@@ -361,14 +361,23 @@ pub fn conv_backward(
 /// channels x positions): `pack_lhs` was 14.5% of a GAN step (perf at 7609f26).
 fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = Unwritten::new(values.len());
-    // A row of the result per task: on one thread, the other waited (perf).
-    out.par_chunks_mut(rows.max(1))
-        .enumerate()
-        .for_each(|(c, column)| {
-            for (v, row) in column.iter_mut().zip(values.chunks_exact(cols.max(1))) {
-                *v = row[c];
-            }
-        });
+    let transpose = |(c, column): (usize, &mut [f32])| {
+        for (v, row) in column.iter_mut().zip(values.chunks_exact(cols.max(1))) {
+            *v = row[c];
+        }
+    };
+    // A row of the result per task where the matrix is large (on one thread, the other
+    // waited: perf); a small one on this thread, where the pool's hand-off costs more.
+    if values.len() < 4 * super::CHUNK {
+        out.par_chunks_mut(rows.max(1))
+            .enumerate()
+            .with_min_len(cols.max(1))
+            .for_each(transpose);
+    } else {
+        out.par_chunks_mut(rows.max(1))
+            .enumerate()
+            .for_each(transpose);
+    }
     out.written()
 }
 
