@@ -13,7 +13,6 @@
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm, gemm_block};
-use super::per_thread::PerThread;
 use super::unwritten::Unwritten;
 use runs::{Run, Scratch};
 
@@ -462,25 +461,18 @@ pub fn conv_forward(
     let n = x.len() / large.max(1);
     let run = Run::of(n, positions);
     let sample = out * positions;
-    let mut y = Unwritten::new(n * sample);
     let weight = Mat::new(w, out, rows);
-    let scratches = PerThread::new();
-    y.par_chunks_mut((run.together * sample).max(1))
-        .enumerate()
-        .for_each(|(r, y)| {
-            scratches.with(
-                || Scratch::sized(rows, out, run, positions),
-                |s| {
-                    let first = r * run.together;
-                    let count = y.len() / sample.max(1);
-                    let ld = window.unfold_samples(x, first, count, &mut s.cols);
-                    let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
-                    product_apart(weight, cols, &mut s.other, y, positions);
-                    y.chunks_mut(sample.max(1)).for_each(&finish);
-                },
-            )
-        });
-    y.written()
+    run.over_outputs(
+        n,
+        sample,
+        || Scratch::sized(rows, out, run, positions),
+        |first, count, y, s| {
+            let ld = window.unfold_samples(x, first, count, &mut s.cols);
+            let cols = Mat::new(&s.cols[..rows * ld], rows, ld);
+            product_apart(weight, cols, &mut s.other, y, positions);
+            y.chunks_mut(sample.max(1)).for_each(&finish);
+        },
+    )
 }
 
 /// A transpose convolution `y = conv_transpose(x, w)` (no bias): `x` is `[n, cin, small]`,
@@ -503,30 +495,22 @@ pub fn conv_transpose_forward(
     let sample = cin * positions;
     let n = x.len() / sample.max(1);
     let run = Run::of(n, positions);
-    let mut y = Unwritten::new(n * large);
     let weight = Mat::new(w, cin, rows);
-    let scratches = PerThread::new();
-    y.par_chunks_mut((run.together * large).max(1))
-        .enumerate()
-        .for_each(|(r, out)| {
-            scratches.with(
-                || Scratch::sized(rows, cin, run, positions),
-                |s| {
-                    let first = r * run.together;
-                    let count = out.len() / large.max(1);
-                    let ld = count * positions;
-                    let input =
-                        side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
-                    let cols = &mut s.cols[..rows * ld];
-                    gemm(cols, false, weight.t(), Mat::new(input, cin, ld));
-                    for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
-                        window.fold(&cols[i * positions..], ld, out);
-                        finish(out);
-                    }
-                },
-            )
-        });
-    y.written()
+    run.over_outputs(
+        n,
+        large,
+        || Scratch::sized(rows, cin, run, positions),
+        |first, count, out, s| {
+            let ld = count * positions;
+            let input = side_by_side(&mut s.other, &x[first * sample..], cin, positions, count);
+            let cols = &mut s.cols[..rows * ld];
+            gemm(cols, false, weight.t(), Mat::new(input, cin, ld));
+            for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
+                window.fold(&cols[i * positions..], ld, out);
+                finish(out);
+            }
+        },
+    )
 }
 
 /// `lhs @ rhs` for a group of samples side by side (`rhs` `count * positions` wide), each

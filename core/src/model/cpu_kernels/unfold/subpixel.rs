@@ -12,10 +12,7 @@
 //! dimension is `in * (k/s)^2` (256 there) and a sample's product is 0.5 MiB.
 
 use super::super::matrix::{Mat, gemm};
-use super::super::per_thread::PerThread;
-use super::super::unwritten::Unwritten;
 use super::{Run, Window};
-use rayon::prelude::*;
 
 /// The phases of a transpose convolution whose output splits exactly into them.
 #[derive(Debug, Clone, Copy)]
@@ -164,34 +161,25 @@ pub(super) fn conv_transpose_forward(
     let run = Run::of(n, grid);
     let weights = phases.weights(w, cin);
     let weights = Mat::new(&weights, product_rows, rows);
-    let mut y = Unwritten::new(n * large);
-    let scratches = PerThread::new();
-    y.par_chunks_mut((run.together * large).max(1))
-        .enumerate()
-        .for_each(|(r, out)| {
-            let columns = run.together * grid;
-            let make = || {
-                (
-                    vec![0.0f32; rows * columns],
-                    vec![0.0f32; product_rows * columns],
-                )
-            };
-            scratches.with(make, |(cols, product)| {
-                let first = r * run.together;
-                let count = out.len() / large.max(1);
-                let ld = input.unfold_samples(x, first, count, cols);
-                let product = &mut product[..product_rows * ld];
-                gemm(
-                    product,
-                    false,
-                    weights,
-                    Mat::new(&cols[..rows * ld], rows, ld),
-                );
-                for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
-                    phases.interleave(product, ld, i * grid, out);
-                    finish(out);
-                }
-            })
-        });
-    y.written()
+    let columns = run.together * grid;
+    let scratch = || {
+        (
+            vec![0.0f32; rows * columns],
+            vec![0.0f32; product_rows * columns],
+        )
+    };
+    run.over_outputs(n, large, scratch, |first, count, out, (cols, product)| {
+        let ld = input.unfold_samples(x, first, count, cols);
+        let product = &mut product[..product_rows * ld];
+        gemm(
+            product,
+            false,
+            weights,
+            Mat::new(&cols[..rows * ld], rows, ld),
+        );
+        for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
+            phases.interleave(product, ld, i * grid, out);
+            finish(out);
+        }
+    })
 }
