@@ -93,9 +93,7 @@ impl Run {
         }
         sum_partials(&partials.written(), dw_len)
     }
-}
 
-impl Run {
     /// Makes `n` samples' outputs of `sample_len` values each: `work(first sample, count,
     /// their outputs, scratch)` per group of `together` samples, on rayon's threads, each
     /// thread's scratch made once by `scratch`.
@@ -118,10 +116,10 @@ impl Run {
     }
 }
 
-/// One task's working matrices: the run's unfolded matrix (`rows x columns`) and the other
-/// side of its products (`channels x columns`), its samples side by side. Made for each
-/// task (never a prototype cloned: the prototype would be held beside the clones, one more
-/// unfolded matrix in the step's peak).
+/// A thread's working matrices for one call: a run's unfolded matrix (`rows x columns`) and
+/// the other side of its products (`channels x columns`), its samples side by side. Made by
+/// each thread as it first needs them ([`PerThread`]), never a prototype cloned: the
+/// prototype would be held beside the clones, one more unfolded matrix in the step's peak.
 pub(super) struct Scratch {
     pub(super) cols: Vec<f32>,
     pub(super) other: Vec<f32>,
