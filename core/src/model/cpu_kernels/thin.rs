@@ -102,21 +102,21 @@ pub(super) fn conv_backward(
     let mut dx = input.then(|| Unwritten::new(n * cin * large));
     let mut partials = weight.then(|| Unwritten::new(n * dw_len));
     let scratches = PerThread::new();
-    let sample = |i, dx, dw| scratches.with(Scratch::default, |s| sample(i, dx, dw, s));
+    let in_scratch = |i, dx, dw| scratches.with(Scratch::default, |s| sample(i, dx, dw, s));
     match (dx.as_mut(), partials.as_mut()) {
         (Some(dx), Some(partials)) => dx
             .par_chunks_mut(cin * large)
             .zip(partials.par_chunks_mut(dw_len))
             .enumerate()
-            .for_each(|(i, (dx, dw))| sample(i, Some(dx), Some(dw))),
+            .for_each(|(i, (dx, dw))| in_scratch(i, Some(dx), Some(dw))),
         (Some(dx), None) => dx
             .par_chunks_mut(cin * large)
             .enumerate()
-            .for_each(|(i, dx)| sample(i, Some(dx), None)),
+            .for_each(|(i, dx)| in_scratch(i, Some(dx), None)),
         (None, Some(partials)) => partials
             .par_chunks_mut(dw_len)
             .enumerate()
-            .for_each(|(i, dw)| sample(i, None, Some(dw))),
+            .for_each(|(i, dw)| in_scratch(i, None, Some(dw))),
         (None, None) => {}
     }
     (
