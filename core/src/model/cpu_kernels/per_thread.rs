@@ -7,6 +7,10 @@
 
 use std::sync::Mutex;
 
+use rayon::prelude::*;
+
+use super::unwritten::Unwritten;
+
 pub(crate) struct PerThread<T> {
     slots: Vec<Mutex<Option<T>>>,
 }
@@ -35,10 +39,30 @@ impl<T> PerThread<T> {
     }
 }
 
+/// Makes `n` samples' outputs of `sample_len` values each, in groups of `together` samples
+/// on rayon's threads: `work(first sample, count, their outputs, scratch)` per group, each
+/// thread's scratch made once by `scratch`.
+pub(crate) fn outputs_in_groups<T: Send>(
+    n: usize,
+    sample_len: usize,
+    together: usize,
+    scratch: impl Fn() -> T + Sync,
+    work: impl Fn(usize, usize, &mut [f32], &mut T) + Sync,
+) -> Vec<f32> {
+    let mut y = Unwritten::new(n * sample_len);
+    let scratches = PerThread::new();
+    y.par_chunks_mut((together * sample_len).max(1))
+        .enumerate()
+        .for_each(|(group, out)| {
+            let count = out.len() / sample_len.max(1);
+            scratches.with(&scratch, |s| work(group * together, count, out, s))
+        });
+    y.written()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rayon::prelude::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]

@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use super::per_thread::PerThread;
+use super::per_thread::{PerThread, outputs_in_groups};
 use super::plane::{Plane, Scratch};
 use super::sum_partials;
 use super::unwritten::Unwritten;
@@ -37,23 +37,16 @@ pub(super) fn conv_forward(
     let (taps, large, small) = (plane.taps(), plane.large_len(), plane.small_len());
     let n = x.len() / (cin * large).max(1);
     let starts = plane.tap_starts();
-    let mut y = Unwritten::new(n * cout * small);
-    let scratches = PerThread::new();
-    y.par_chunks_mut(cout * small)
-        .enumerate()
-        .for_each(|(i, y)| {
-            scratches.with(Scratch::default, |scratch| {
-                let (phases, flat) = scratch.sized(plane, [cin, 1]);
-                plane.split_each(&x[i * cin * large..][..cin * large], phases);
-                for (o, y) in y.chunks_mut(small).enumerate() {
-                    let w = &w[o * cin * taps..][..cin * taps];
-                    plane.filter_sum(&starts, phases, w, flat);
-                    plane.crop(flat, y);
-                }
-                finish(y);
-            })
-        });
-    y.written()
+    outputs_in_groups(n, cout * small, 1, Scratch::default, |i, _, y, scratch| {
+        let (phases, flat) = scratch.sized(plane, [cin, 1]);
+        plane.split_each(&x[i * cin * large..][..cin * large], phases);
+        for (o, y) in y.chunks_mut(small).enumerate() {
+            let w = &w[o * cin * taps..][..cin * taps];
+            plane.filter_sum(&starts, phases, w, flat);
+            plane.crop(flat, y);
+        }
+        finish(y);
+    })
 }
 
 /// Gradients of [`conv_forward`] from `dy` (`[n, cout, plane.small]`): the input's when

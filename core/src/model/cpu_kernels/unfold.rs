@@ -13,6 +13,7 @@
 use rayon::prelude::*;
 
 use super::matrix::{Mat, gemm, gemm_block};
+use super::per_thread::outputs_in_groups;
 use super::unwritten::Unwritten;
 use runs::{Run, Scratch};
 
@@ -462,9 +463,10 @@ pub fn conv_forward(
     let run = Run::of(n, positions);
     let sample = out * positions;
     let weight = Mat::new(w, out, rows);
-    run.over_outputs(
+    outputs_in_groups(
         n,
         sample,
+        run.together,
         || Scratch::sized(rows, out, run, positions),
         |first, count, y, s| {
             let ld = window.unfold_samples(x, first, count, &mut s.cols);
@@ -496,9 +498,10 @@ pub fn conv_transpose_forward(
     let n = x.len() / sample.max(1);
     let run = Run::of(n, positions);
     let weight = Mat::new(w, cin, rows);
-    run.over_outputs(
+    outputs_in_groups(
         n,
         large,
+        run.together,
         || Scratch::sized(rows, cin, run, positions),
         |first, count, out, s| {
             let ld = count * positions;

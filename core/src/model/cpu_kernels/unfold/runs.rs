@@ -93,27 +93,6 @@ impl Run {
         }
         sum_partials(&partials.written(), dw_len)
     }
-
-    /// Makes `n` samples' outputs of `sample_len` values each: `work(first sample, count,
-    /// their outputs, scratch)` per group of `together` samples, on rayon's threads, each
-    /// thread's scratch made once by `scratch`.
-    pub(super) fn over_outputs<T: Send>(
-        &self,
-        n: usize,
-        sample_len: usize,
-        scratch: impl Fn() -> T + Sync,
-        work: impl Fn(usize, usize, &mut [f32], &mut T) + Sync,
-    ) -> Vec<f32> {
-        let mut y = Unwritten::new(n * sample_len);
-        let scratches = PerThread::new();
-        y.par_chunks_mut((self.together * sample_len).max(1))
-            .enumerate()
-            .for_each(|(group, out)| {
-                let count = out.len() / sample_len.max(1);
-                scratches.with(&scratch, |s| work(group * self.together, count, out, s))
-            });
-        y.written()
-    }
 }
 
 /// A thread's working matrices for one call: a run's unfolded matrix (`rows x columns`) and

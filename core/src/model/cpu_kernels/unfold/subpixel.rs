@@ -12,6 +12,7 @@
 //! dimension is `in * (k/s)^2` (256 there) and a sample's product is 0.5 MiB.
 
 use super::super::matrix::{Mat, gemm};
+use super::super::per_thread::outputs_in_groups;
 use super::{Run, Window};
 
 /// The phases of a transpose convolution whose output splits exactly into them.
@@ -168,18 +169,24 @@ pub(super) fn conv_transpose_forward(
             vec![0.0f32; product_rows * columns],
         )
     };
-    run.over_outputs(n, large, scratch, |first, count, out, (cols, product)| {
-        let ld = input.unfold_samples(x, first, count, cols);
-        let product = &mut product[..product_rows * ld];
-        gemm(
-            product,
-            false,
-            weights,
-            Mat::new(&cols[..rows * ld], rows, ld),
-        );
-        for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
-            phases.interleave(product, ld, i * grid, out);
-            finish(out);
-        }
-    })
+    outputs_in_groups(
+        n,
+        large,
+        run.together,
+        scratch,
+        |first, count, out, (cols, product)| {
+            let ld = input.unfold_samples(x, first, count, cols);
+            let product = &mut product[..product_rows * ld];
+            gemm(
+                product,
+                false,
+                weights,
+                Mat::new(&cols[..rows * ld], rows, ld),
+            );
+            for (i, out) in out.chunks_mut(large.max(1)).enumerate() {
+                phases.interleave(product, ld, i * grid, out);
+                finish(out);
+            }
+        },
+    )
 }
