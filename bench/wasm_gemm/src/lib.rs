@@ -55,9 +55,7 @@ impl Operands {
         }
         self.dst[0]
     }
-}
 
-impl Operands {
     /// The largest difference between the product and a plain triple loop over the same
     /// operands, relative to the largest value: a kernel that is fast but wrong shows here.
     pub fn error(&mut self, p: &Product) -> f32 {
@@ -100,11 +98,6 @@ pub extern "C" fn product_calls(i: usize) -> usize {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn product_flops(i: usize) -> f64 {
-    flops(&STEP[i])
-}
-
-#[unsafe(no_mangle)]
 pub extern "C" fn product_reps(i: usize) -> usize {
     reps(&STEP[i])
 }
@@ -120,20 +113,22 @@ pub extern "C" fn prepare(i: usize) {
     PREPARED.with(|slot| *slot.borrow_mut() = Some((i, Operands::new(&STEP[i]))));
 }
 
-/// The prepared product's relative error (`Operands::error`); NaN if none is prepared.
-#[unsafe(no_mangle)]
-pub extern "C" fn error() -> f32 {
+/// `f` on the prepared product and its operands; NaN if none is prepared.
+fn on_prepared(f: impl FnOnce(&Product, &mut Operands) -> f32) -> f32 {
     PREPARED.with(|slot| match slot.borrow_mut().as_mut() {
-        Some((i, operands)) => operands.error(&STEP[*i]),
+        Some((i, operands)) => f(&STEP[*i], operands),
         None => f32::NAN,
     })
 }
 
-/// The prepared product, `reps` times (the page times the call); NaN if none is prepared.
+/// The prepared product's relative error (`Operands::error`).
+#[unsafe(no_mangle)]
+pub extern "C" fn error() -> f32 {
+    on_prepared(|p, operands| operands.error(p))
+}
+
+/// The prepared product, `reps` times (the page times the call).
 #[unsafe(no_mangle)]
 pub extern "C" fn multiply(reps: usize) -> f32 {
-    PREPARED.with(|slot| match slot.borrow_mut().as_mut() {
-        Some((i, operands)) => operands.multiply(&STEP[*i], reps),
-        None => f32::NAN,
-    })
+    on_prepared(|p, operands| operands.multiply(p, reps))
 }
