@@ -22,7 +22,9 @@ class BrowserError(RuntimeError):
 class Browser:
     """One headless Chromium with one page, attached in flat mode."""
 
-    def __init__(self, webgpu: bool, chromium: str | None = None):
+    def __init__(self, webgpu: bool, chromium: str | None = None,
+                 extra_flags: tuple[str, ...] = ()):
+        """`extra_flags`: more of Chromium's command-line flags (a benchmark's V8 flags)."""
         chromium = chromium or shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium is None:
             raise BrowserError(
@@ -48,7 +50,7 @@ class Browser:
         flags += ["--enable-unsafe-webgpu"] if webgpu else ["--disable-webgpu"]
         # The page's window draws with WebGL, which without a GPU is SwiftShader too: Chromium
         # still falls back to it on its own, with a warning that it will stop doing so.
-        flags += ["--enable-unsafe-swiftshader"]
+        flags += ["--enable-unsafe-swiftshader", *extra_flags]
 
         def pipes_on_3_and_4():
             # Out of the way first: either end may already sit on 3 or 4.
