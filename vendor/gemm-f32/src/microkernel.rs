@@ -537,7 +537,7 @@ pub mod simd128 {
         // Headroom: blocks of 8 x 4 at one k step, not upstream's 12 x 4 over two. V8 spills
         // the 12 x 4 kernel's accumulators to the stack (x86-64's 16 vector registers are too
         // few for it and a multiply's separate products); 8 x 4 stays in registers and runs
-        // the default model's products in 0.82 of the time in Chromium (vendor/gemm-f32/README.md).
+        // the default model's products in 0.74 of the time in Chromium (vendor/gemm-f32/README.md).
         microkernel!(["simd128"], 1, x1x1, 1, 1);
         microkernel!(["simd128"], 1, x1x2, 1, 2);
         microkernel!(["simd128"], 1, x1x3, 1, 3);
