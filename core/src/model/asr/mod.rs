@@ -70,10 +70,18 @@ impl AsrShape {
         conv_channels: 32,
     };
 
+    /// The fewest frames (or bands) the two stride-2 convolutions (3 x 3, no padding) make
+    /// one of.
+    pub const MIN_SUBSAMPLED: usize = 7;
+
     /// Mel bands after the two stride-2 convolutions (3 x 3, no padding).
     pub fn subsampled(length: usize) -> usize {
         let once = |n: usize| n.saturating_sub(3) / 2 + 1;
-        if length < 7 { 0 } else { once(once(length)) }
+        if length < Self::MIN_SUBSAMPLED {
+            0
+        } else {
+            once(once(length))
+        }
     }
 
     /// Trainable values, as PyTorch counts them, for `mels` input bands and `vocabulary`

@@ -49,6 +49,19 @@ impl Utterances {
     }
 }
 
+/// `features` `[n, frames, mels]` padded with silence to the fewest frames the subsampling
+/// makes an encoder frame of: a micro-batch of clips under 70 ms (or the planner's
+/// shortest calibration step) would otherwise ask the convolutions for a negative length.
+fn padded_to_subsample(features: Tensor<3>) -> Tensor<3> {
+    let [n, length, mels] = features.dims();
+    let missing = AsrShape::MIN_SUBSAMPLED.saturating_sub(length);
+    if missing == 0 {
+        return features;
+    }
+    let silence = Tensor::zeros([n, missing, mels], &features.device());
+    Tensor::cat(vec![features, silence], 1)
+}
+
 /// The encoder, the CTC head and the attention decoder, as one module.
 #[derive(Module, Debug)]
 pub struct AsrNetworks {
@@ -121,6 +134,7 @@ impl AsrNetworks {
 
     /// The encoder's output `[n, frames / 4, d_model]` and each utterance's encoder frames.
     pub fn encode(&self, features: Tensor<3>, frames: &[usize]) -> (Tensor<3>, Vec<usize>) {
+        let features = padded_to_subsample(features);
         let [_, length, mels] = features.dims();
         let rows = if cpu_forms::is_cpu(&features.device()) {
             usize::MAX

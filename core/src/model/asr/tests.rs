@@ -109,6 +109,36 @@ fn padding_is_left_out_of_the_loss() {
     );
 }
 
+/// A micro-batch of clips shorter than the subsampling's window (here 3 frames, and one of
+/// none) has a finite loss and gradients, the loss of the clips padded with silence to it.
+#[test]
+fn clips_shorter_than_the_subsampling_are_padded_to_it() {
+    let device = cpu(4);
+    let networks = AsrNetworks::new(AsrShape::TINY, MELS, VOCABULARY, &device);
+    let short = Tensor::random([2, 3, MELS], Distribution::Normal(0.0, 1.0), &device);
+    let batch = |features| Utterances {
+        features,
+        frames: vec![3, 0],
+        tokens: vec![vec![4], vec![5, 6]],
+    };
+    let loss = networks.loss(batch(short.clone()), 0.3, 1).total;
+    let value = loss.clone().into_scalar::<f32>();
+    assert!(value.is_finite(), "loss {value}");
+    let grads = GradientsParams::from_grads(loss.backward(), &networks);
+    assert!(!grads.is_empty(), "the short clips reach the parameters");
+
+    let silence = Tensor::zeros([2, AsrShape::MIN_SUBSAMPLED - 3, MELS], &device);
+    let padded = Tensor::cat(vec![short, silence], 1);
+    let by_hand = networks
+        .loss(batch(padded), 0.3, 1)
+        .total
+        .into_scalar::<f32>();
+    assert!(
+        (value - by_hand).abs() <= 1e-5 * value.abs().max(1.0),
+        "{value} against {by_hand} padded by hand"
+    );
+}
+
 /// The subsampling in parts of a few utterances (how it runs on a device pool) is the
 /// subsampling of the whole micro-batch: the same output and the same gradients.
 #[test]
