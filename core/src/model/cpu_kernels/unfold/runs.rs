@@ -65,7 +65,7 @@ impl Run {
                 .step_by(together)
                 .map(move |g| (g, together.min(n - g).min(first + samples - g)))
         };
-        let scratches = PerThread::new();
+        let scratches = PerThread::new(n.div_ceil(samples.max(1)), &scratch);
         match dx {
             Some(dx) => partials
                 .par_chunks_mut(dw_len)
@@ -96,9 +96,9 @@ impl Run {
 }
 
 /// A thread's working matrices for one call: a run's unfolded matrix (`rows x columns`) and
-/// the other side of its products (`channels x columns`), its samples side by side. Made by
-/// each thread as it first needs them ([`PerThread`]), never a prototype cloned: the
-/// prototype would be held beside the clones, one more unfolded matrix in the step's peak.
+/// the other side of its products (`channels x columns`), its samples side by side. Each
+/// made by `sized` ([`PerThread`]), never a prototype cloned: the prototype would be held
+/// beside the clones, one more unfolded matrix in the step's peak.
 pub(super) struct Scratch {
     pub(super) cols: Vec<f32>,
     pub(super) other: Vec<f32>,
