@@ -301,13 +301,15 @@ fn a_step_out_of_memory_is_packed_again_with_halved_buckets() {
 #[test]
 fn utterances_no_plan_holds_are_left_out_with_bad_files() {
     let _alone = alone();
-    // On one thread. With two, what a step holds moves with whether the second thread takes
-    // part in it (one of the longest alone: 18.3 to 21.8 MB over this binary's
-    // calibrations on a 2-core EPYC, 18.4 every time on one thread), so the budget drawn
-    // from one calibration and the runs' own could disagree by more than the quarter of
-    // one longest this test leaves. CI's run at f845472 most likely met that: it planned
-    // again for utterances of at most 96 frames (it stopped in a calibration step of at
-    // most 6, a sixteenth of the longest), where this machine plans for 340 to 620.
+    // On one thread. With two, what a step holds moved with whether the second thread took
+    // part in it (one of the longest alone: 18.3 to 21.8 MB over this binary's calibrations
+    // on a 2-core EPYC before 4748d52 made the kernels' buffers ahead of each call, 19.85 to
+    // 19.99 over eight calibrations since, docs/PLANNER.md; 18.4 every time on one thread),
+    // so the budget drawn from one calibration and the runs' own could disagree by more
+    // than the quarter of one longest this test leaves. CI's run at f845472 most likely met
+    // that: it planned again for utterances of at most 96 frames (it stopped in a
+    // calibration step of at most 6, a sixteenth of the longest), where this machine plans
+    // for 340 to 620.
     let one_thread = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
