@@ -18,24 +18,26 @@ use super::unwritten::Unwritten;
 /// as asked, a step of the tiny recogniser on two utterances of 373 frames held 15.1 or
 /// 17.3 MB as one or both threads took part (2-core AMD EPYC, 2026-12-02), and a plan
 /// measured at the lower would be short at the higher.
-pub(crate) struct PerThread<T> {
+pub(crate) struct PerThread<T, F> {
     free: Mutex<Vec<T>>,
+    make: F,
 }
 
-impl<T> PerThread<T> {
+impl<T, F: Fn() -> T> PerThread<T, F> {
     /// Values by `make` for a call of `pieces` pieces of work on the current pool.
-    pub(crate) fn new(pieces: usize, make: impl Fn() -> T) -> Self {
+    pub(crate) fn new(pieces: usize, make: F) -> Self {
         let count = rayon::current_num_threads().min(pieces);
         Self {
             free: Mutex::new((0..count).map(|_| make()).collect()),
+            make,
         }
     }
 
-    /// `work` on a free value, given back after; on a new one by `make` when none is free
-    /// (rayon runs other pieces on a thread while a piece further up its stack waits).
-    pub(crate) fn with<R>(&self, make: impl FnOnce() -> T, work: impl FnOnce(&mut T) -> R) -> R {
+    /// `work` on a free value, given back after; on a new one when none is free (rayon runs
+    /// other pieces on a thread while a piece further up its stack waits).
+    pub(crate) fn with<R>(&self, work: impl FnOnce(&mut T) -> R) -> R {
         let free = self.free.lock().ok().and_then(|mut free| free.pop());
-        let mut value = free.unwrap_or_else(make);
+        let mut value = free.unwrap_or_else(&self.make);
         let done = work(&mut value);
         if let Ok(mut free) = self.free.lock() {
             free.push(value);
@@ -60,7 +62,7 @@ pub(crate) fn outputs_in_groups<T: Send>(
         .enumerate()
         .for_each(|(group, out)| {
             let count = out.len() / sample_len.max(1);
-            scratches.with(&scratch, |s| work(group * together, count, out, s))
+            scratches.with(|s| work(group * together, count, out, s))
         });
     y.written()
 }
@@ -89,7 +91,7 @@ mod tests {
             (0..1000)
                 .into_par_iter()
                 .map(|i| {
-                    buffers.with(make, |buffer| {
+                    buffers.with(|buffer| {
                         buffer[i % 4] += 1;
                         i
                     })
@@ -108,8 +110,8 @@ mod tests {
 
     #[test]
     fn with_none_free_a_call_gets_a_value() {
-        let buffers = PerThread::<Vec<f32>>::new(0, Vec::new);
-        let len = buffers.with(|| vec![1.0; 3], |b| b.len());
+        let buffers = PerThread::new(0, || vec![1.0f32; 3]);
+        let len = buffers.with(|b| b.len());
         assert_eq!(len, 3);
     }
 }

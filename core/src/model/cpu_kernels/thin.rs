@@ -95,7 +95,7 @@ pub(super) fn conv_backward(
     let mut dx = input.then(|| Unwritten::new(n * cin * large));
     let mut partials = weight.then(|| Unwritten::new(n * dw_len));
     let scratches = PerThread::new(n, Scratch::default);
-    let in_scratch = |i, dx, dw| scratches.with(Scratch::default, |s| sample(i, dx, dw, s));
+    let in_scratch = |i, dx, dw| scratches.with(|s| sample(i, dx, dw, s));
     match (dx.as_mut(), partials.as_mut()) {
         (Some(dx), Some(partials)) => dx
             .par_chunks_mut(cin * large)

@@ -72,7 +72,7 @@ impl Run {
                 .zip(dx.par_chunks_mut(samples * dx_len))
                 .enumerate()
                 .for_each(|(run, (dw, dx))| {
-                    scratches.with(&scratch, |s| {
+                    scratches.with(|s| {
                         for ((first, count), dx) in
                             groups(run).zip(dx.chunks_mut(together * dx_len))
                         {
@@ -84,7 +84,7 @@ impl Run {
                 .par_chunks_mut(dw_len)
                 .enumerate()
                 .for_each(|(run, dw)| {
-                    scratches.with(&scratch, |s| {
+                    scratches.with(|s| {
                         for (first, count) in groups(run) {
                             per_group(first, count, None, dw, s);
                         }
