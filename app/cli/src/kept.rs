@@ -8,10 +8,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// What `measure` gives, or what it gave on an earlier run for the same `parts` (with this
-/// build); `recalibrate`: measure whatever is kept.
+/// build) where `stands` says that still answers; `recalibrate`: measure whatever is kept.
 pub fn kept<V: Serialize + DeserializeOwned>(
     recalibrate: bool,
     parts: &[String],
+    stands: impl Fn(&V) -> bool,
     measure: impl FnOnce() -> Result<V>,
 ) -> Result<(V, Kept)> {
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
@@ -20,7 +21,7 @@ pub fn kept<V: Serialize + DeserializeOwned>(
         return Ok((measure()?, Kept::Measured));
     };
     if !recalibrate {
-        return cache.read_or(&key, measure);
+        return cache.read_or(&key, stands, measure);
     }
     let value = measure()?;
     if let Err(error) = cache.write(&key, &value) {
@@ -32,14 +33,14 @@ pub fn kept<V: Serialize + DeserializeOwned>(
     Ok((value, Kept::Measured))
 }
 
-/// Whether a calibration is kept for `parts` with this build.
-pub fn is_kept(parts: &[String]) -> bool {
+/// Whether a calibration that `stands` is kept for `parts` with this build.
+pub fn is_kept<V: DeserializeOwned>(parts: &[String], stands: impl Fn(&V) -> bool) -> bool {
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let (Some(cache), Some(key)) = (CalibrationCache::user(), CacheKey::for_this_build(&parts))
     else {
         return false;
     };
-    cache.read::<serde_json::Value>(&key).is_some()
+    cache.read::<V>(&key).is_some_and(|v| stands(&v))
 }
 
 /// One word for the JSON: "kept" where any calibration was read from an earlier run,

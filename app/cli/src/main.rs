@@ -15,6 +15,7 @@ mod render;
 mod report;
 mod spec;
 mod train;
+mod what_if_calibration;
 mod what_if_lengths;
 
 use std::process::ExitCode;

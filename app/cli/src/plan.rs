@@ -14,8 +14,8 @@ use headroom_core::split::Split;
 use headroom_core::{BackendKind, Target};
 
 use crate::args::PlanArgs;
-use crate::kept::kept;
 use crate::render::mib;
+use crate::what_if_calibration;
 use headroom_core::plan::cache::Kept;
 
 pub fn run(args: PlanArgs) -> Result<()> {
@@ -141,49 +141,6 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
     Ok(())
 }
 
-/// Calibration plus one step four times the larger calibration step's size, of each kind a
-/// large plan uses (f32, and the half precision): a step's peak grows faster per patch at
-/// larger sizes (docs/PLANNER.md), and a what-if plan reaches thousands of patches with no
-/// dry-run to correct it.
-/// `room`: what the larger step may take, as the steps measured before it predict (half of
-/// the memory free where it runs).
-fn calibrate_for_large_plans<T: BuiltIn>(
-    target: Target,
-    model: &T,
-    room: Option<u64>,
-) -> Result<Calibration> {
-    let mut calibration = block_on(plan::calibrate(target, model))?;
-    let half = calibration.memory.half.as_ref().map(|h| h.precision);
-    let [_, large] = plan::calibration_patches(model, target.backend);
-    for precision in std::iter::once(Precision::F32).chain(half) {
-        // The device's largest buffer may refuse four times the larger step (seed 000's GAN,
-        // 64 whole spectrograms, on NVIDIA's Vulkan driver): halved until it runs, or left
-        // out, the calibration standing without it. In host memory nothing refuses: the
-        // system ends the process (the same GAN on flex, about 30 GiB of a 24 GiB machine),
-        // so there the step is held to the room first.
-        let mut patches = 4 * large;
-        if let (Some(room), Some(cost)) = (room, calibration.memory.cost(precision, false)) {
-            while patches > large && cost.at(patches) > room as f64 {
-                patches /= 2;
-            }
-        }
-        while patches > large {
-            match block_on(plan::measure_step(target, model, patches, precision, false)) {
-                Ok(step) => {
-                    plan::learn(&mut calibration, step);
-                    break;
-                }
-                Err(plan::CalibrationError::Step(error)) if error.device_refusal().is_some() => {
-                    tracing::info!(patches, "the device refused a large calibration step");
-                    patches /= 2;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    }
-    Ok(calibration)
-}
-
 /// The memory model for the GPU rows: the GPU path's (the cubecl pool's footprint, the GPU
 /// forms of the layers), measured on a wgpu adapter where this machine has one (a software
 /// one's pool accounts as a GPU's does); else the local figures, said to be an estimate.
@@ -235,10 +192,9 @@ fn gpu_calibration<T: BuiltIn>(
     // A software adapter's memory is this machine's RAM, and its free figure says so.
     let room = adapter.free_memory.bytes.map(|free| free / 2);
     let device = format!("{} {}", adapter.name, adapter.api);
-    let parts = key_parts(target, &device, model, room);
     // Nothing kept for this build and machine: what was shipped with the build for these
     // settings, measured on a software adapter such as this one.
-    let kept_here = crate::kept::is_kept(&parts);
+    let kept_here = what_if_calibration::is_kept(target, &device, model, room);
     if let (false, false, true, Some(shipped)) = (
         args.recalibrate,
         kept_here,
@@ -255,13 +211,12 @@ fn gpu_calibration<T: BuiltIn>(
             Kept::Shipped,
         );
     }
-    let measure = || {
+    let announce = || {
         if !args.json {
             println!("Calibrating the GPU path on wgpu ({})...", adapter.name);
         }
-        calibrate_for_large_plans(target, model, room)
     };
-    match kept(args.recalibrate, &parts, measure) {
+    match what_if_calibration::kept(args.recalibrate, target, &device, model, room, announce) {
         Ok((measured, kept)) => (
             measured,
             format!(
@@ -291,23 +246,6 @@ fn host_free_bytes() -> Option<u64> {
         .and_then(|d| d.free_memory.bytes)
 }
 
-/// What a what-if's calibration depends on beside the build: the device it was measured
-/// on, the model's settings and the room its larger step had (in whole GiB).
-fn key_parts<T: BuiltIn>(
-    target: Target,
-    device: &str,
-    model: &T,
-    room: Option<u64>,
-) -> [String; 5] {
-    [
-        "what-if calibration".into(),
-        serde_json::to_string(&target).unwrap_or_default(),
-        device.into(),
-        format!("{model:?}"),
-        format!("{:?}", room.map(|r| r >> 30)),
-    ]
-}
-
 /// One row of the what-if table.
 #[derive(serde::Serialize)]
 struct Row {
@@ -328,10 +266,8 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
         .flatten()
         .map(|free| free / 2);
     let here = format!("{} threads", rayon::current_num_threads());
-    let parts = key_parts(target, &here, model, room);
-    let (calibration, kept_here) = kept(args.recalibrate, &parts, || {
-        calibrate_for_large_plans(target, model, room)
-    })?;
+    let (calibration, kept_here) =
+        what_if_calibration::kept(args.recalibrate, target, &here, model, room, || {})?;
     let (gpu_calibration, gpu_source, kept_gpu) =
         gpu_calibration(args, target, model, &calibration);
     // The CPU row plans training on this CPU, so it is measured on one, also where the
@@ -341,11 +277,7 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
         (calibration.clone(), kept_here)
     } else {
         let room = host_free_bytes().map(|free| free / 2);
-        kept(
-            args.recalibrate,
-            &key_parts(cpu, &here, model, room),
-            || calibrate_for_large_plans(cpu, model, room),
-        )?
+        what_if_calibration::kept(args.recalibrate, cpu, &here, model, room, || {})?
     };
     let cpu_backend = if backend.is_host() {
         backend

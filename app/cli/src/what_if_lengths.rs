@@ -56,17 +56,22 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
         format!("{task:?}"),
         longest.to_string(),
     ];
-    let (measured, kept) = crate::kept::kept(args.recalibrate, &parts, || {
-        if !args.json {
-            println!(
-                "Calibrating {} ({} parameters) on {} at lengths up to {longest} frames...",
-                T::NAME,
-                task.parameters(),
-                target.backend
-            );
-        }
-        Ok(block_on(plan::lengths::calibrate(target, &task, longest))?)
-    })?;
+    let (measured, kept) = crate::kept::kept(
+        args.recalibrate,
+        &parts,
+        |_| true,
+        || {
+            if !args.json {
+                println!(
+                    "Calibrating {} ({} parameters) on {} at lengths up to {longest} frames...",
+                    T::NAME,
+                    task.parameters(),
+                    target.backend
+                );
+            }
+            Ok(block_on(plan::lengths::calibrate(target, &task, longest))?)
+        },
+    )?;
     let model = LengthModel::fit(
         &measured,
         task.parameters() * 4,

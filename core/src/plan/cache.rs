@@ -74,17 +74,19 @@ impl CalibrationCache {
         std::fs::rename(&partial, &path)
     }
 
-    /// The value kept under `key`, else `measure`'s, kept for next time (a value that
-    /// cannot be kept is returned all the same). Says which it was.
+    /// The value kept under `key` where `stands` says it still answers (what the key cannot
+    /// hold: a figure that moves between runs), else `measure`'s, kept for next time (a value
+    /// that cannot be kept is returned all the same). Says which it was.
     pub fn read_or<T, E>(
         &self,
         key: &CacheKey,
+        stands: impl Fn(&T) -> bool,
         measure: impl FnOnce() -> Result<T, E>,
     ) -> Result<(T, Kept), E>
     where
         T: Serialize + DeserializeOwned,
     {
-        if let Some(value) = self.read(key) {
+        if let Some(value) = self.read(key).filter(|v| stands(v)) {
             return Ok((value, Kept::Read));
         }
         let value = measure()?;
@@ -173,10 +175,14 @@ mod tests {
         let key = CacheKey::of("build", &["device", "model"]);
         let measured = std::cell::Cell::new(0);
         let ask = || {
-            cache.read_or(&key, || {
-                measured.set(measured.get() + 1);
-                Ok::<_, ()>(vec![1.5f64, 2.5])
-            })
+            cache.read_or(
+                &key,
+                |_| true,
+                || {
+                    measured.set(measured.get() + 1);
+                    Ok::<_, ()>(vec![1.5f64, 2.5])
+                },
+            )
         };
         assert_eq!(ask().unwrap(), (vec![1.5, 2.5], Kept::Measured));
         assert_eq!(ask().unwrap(), (vec![1.5, 2.5], Kept::Read));
@@ -187,9 +193,13 @@ mod tests {
         // A measurement that fails keeps nothing.
         let other = CacheKey::of("build", &["device", "other model"]);
         assert_eq!(
-            cache.read_or::<Vec<f64>, _>(&other, || Err("refused")),
+            cache.read_or::<Vec<f64>, _>(&other, |_| true, || Err("refused")),
             Err("refused")
         );
         assert!(cache.read::<Vec<f64>>(&other).is_none());
+        // A kept value that no longer stands is measured again, and the new one kept.
+        let newer = cache.read_or(&key, |v: &Vec<f64>| v[0] > 2.0, || Ok::<_, ()>(vec![3.0]));
+        assert_eq!(newer, Ok((vec![3.0], Kept::Measured)));
+        assert_eq!(cache.read::<Vec<f64>>(&key), Some(vec![3.0]));
     }
 }
