@@ -47,11 +47,15 @@ fn a_plan_fits_its_budget_keeps_the_effective_batch_and_was_dry_run() {
 /// step-to-step noise of separate processes' allocations).
 #[test]
 fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
+    // Checkpointing pinned: whether it wins is a speed prediction, from each process's own
+    // timings, and on a loaded machine two processes' timings can part by the 10% it must
+    // win by; the split is the memory model's either way.
     let flags = [
         "--memory-budget",
         "160MiB",
         "--effective-batch",
         "128",
+        "--no-gradient-checkpointing",
         "--machine-ids",
         "1",
         "--train-clips-per-id",
@@ -62,7 +66,7 @@ fn plan_and_train_with_the_same_flags_predict_the_same_peak() {
     let previewed = run_json_document(&plan_args)["plan"].clone();
     let dir = tempfile::tempdir().unwrap();
     let mut extra = vec!["--steps", "1"];
-    extra.extend(&flags[..4]);
+    extra.extend(&flags[..5]);
     let all = flex_train(dir.path(), 12, &extra);
     let planned = (*events(&all, "plan").last().expect("the run was planned")).clone();
     for key in [

@@ -51,10 +51,8 @@ fn probe_lists_the_cpu_the_adapters_and_explains_auto() {
     }
     let reason = report["auto"]["reason"].as_str().unwrap();
     assert!(reason.starts_with("auto: "), "{reason}");
-    assert!(
-        report["elapsed_ms"].as_u64().unwrap() < 20_000,
-        "the probe takes seconds"
-    );
+    // How long it took is a benchmark's to judge (docs/BENCHMARKS.md), not a test's.
+    assert!(report["elapsed_ms"].is_u64(), "{}", report["elapsed_ms"]);
 }
 
 /// Where no API reports free memory (lavapipe lacks VK_EXT_memory_budget), the probe

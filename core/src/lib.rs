@@ -46,3 +46,13 @@ pub use train::{ModelTrainer, RunLength, RunOptions, TaskTrainer, TrainConfig, T
 #[global_allocator]
 static ALLOC: memory::alloc::CountingAllocator =
     memory::alloc::CountingAllocator(std::alloc::System);
+
+/// The wgpu device's memory pool is the whole process's: the unit tests that read it or fill
+/// it take turns, so that one test's tensors never show in another's reading.
+#[cfg(all(test, feature = "wgpu"))]
+pub(crate) fn wgpu_pool_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -256,6 +256,7 @@ mod tests {
     /// keeps the pages it reserved for it, and that is what the device gives out.
     #[test]
     fn a_device_pools_peak_is_its_footprint() {
+        let _alone = crate::wgpu_pool_alone();
         let device = BackendKind::Wgpu
             .device()
             .expect("a wgpu adapter (lavapipe in CI)");

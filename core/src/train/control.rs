@@ -83,11 +83,13 @@ mod tests {
             pause: Some(pause.clone()),
             ..RunOptions::default()
         };
+        // Before the lifting thread starts: taken after, a wait of the full 200 ms could
+        // read shorter.
+        let started = std::time::Instant::now();
         let lift = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(200));
             pause.store(false, Ordering::Relaxed);
         });
-        let started = std::time::Instant::now();
         assert!(!block_on(stop_before_next(&options, 3)));
         assert!(started.elapsed() >= std::time::Duration::from_millis(200));
         lift.join().unwrap();

@@ -54,6 +54,7 @@ fn cpu_layers_match_the_plain_path() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn gpu_layers_match_the_plain_path() {
+    let _alone = crate::wgpu_pool_alone();
     layers_match_the_plain_path(BackendKind::Wgpu, None, 1e-4);
 }
 
@@ -62,6 +63,7 @@ fn gpu_layers_match_the_plain_path() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn gpu_layers_match_the_plain_path_in_half_precision() {
+    let _alone = crate::wgpu_pool_alone();
     let device = BackendKind::Wgpu.device().unwrap();
     if !device.supports_dtype(burn::tensor::DType::F16) {
         eprintln!("this wgpu adapter has no f16: nothing to compare");
