@@ -125,7 +125,7 @@ pub fn measure<T: BuiltIn>(
 
 /// The calibration kept from an earlier what-if on `device` with this build, where `room`
 /// chooses its steps again, else one measured now (after `announce`) and kept;
-/// `recalibrate`: measured whatever is kept.
+/// `recalibrate`: measures whatever is kept.
 pub fn kept<T: BuiltIn>(
     recalibrate: bool,
     target: Target,
