@@ -1,9 +1,13 @@
-//! Headroom's GPU kernels, as WGSL source for the wgpu path.
+//! Headroom's GPU kernels.
 //!
-//! WGSL rather than CubeCL: these kernels serve the wgpu backend only (the WGSL path of the
-//! design card), and WGSL is what naga validates and what a reader of a GPU profile sees.
-//! Each kernel is tested against a plain reference on whatever adapter the machine has
-//! (Mesa's lavapipe where there is no GPU), in `tests/`.
+//! - WGSL source for what serves the wgpu backend only ([`NEAREST_CODE`]): WGSL is what naga
+//!   validates and what a reader of a GPU profile sees. Tested against a plain reference on
+//!   whatever adapter the machine has (Mesa's lavapipe where there is no GPU), in `tests/`.
+//! - CubeCL for what every cubecl runtime runs ([`conv_gemm`]: convolutions' gradients as
+//!   matrix products), launched on burn's cubecl backend. Tested against burn's own kernels
+//!   by the layers that call them (headroom-core's `gpu_layers`).
+
+pub mod conv_gemm;
 
 /// Nearest codebook entry per latent position by squared L2 distance, without the
 /// `[positions x codes]` distance matrix: each invocation keeps its position's vector in

@@ -2,9 +2,12 @@
 //! layer with its ReLU as one autodiff op that keeps only its output ([`super::output_only`]).
 //!
 //! On wgpu that halves what a training step holds for backward (`docs/BENCHMARKS.md`,
-//! "Memory of a step on wgpu"). Forward and backward are burn's own kernels (convolution,
-//! its input and weight gradients, ReLU and its backward); nothing new runs on the device,
-//! only less is kept.
+//! "Memory of a step on wgpu"). A transposed convolution, and both gradients of every
+//! layer, are matrix products over unfolded windows (`headroom_shaders::conv_gemm`, a
+//! bounded chunk of samples at a time) where burn's direct kernels ran them as convolutions
+//! (the weight gradient with the batch as channels); a convolution's forward and the ReLU
+//! are burn's kernels, and so is every part of a grouped layer or one with fewer than
+//! `conv_gemm::MIN_CHANNELS` channels on a side.
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -13,6 +16,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Cube, TensorMetadata, backend_extension};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{Device, Tensor};
+use headroom_shaders::conv_gemm;
 
 use super::output_only::{
     Activation, Layer, LayerGradients, LayerKernels, WantedGradients, tracked,
@@ -49,6 +53,15 @@ impl LayerKernels for Cube {
     ) -> FloatTensor<Self> {
         let y = match layer {
             Layer::Conv(options) => Cube::conv2d(x, weight, Some(bias), options.clone()),
+            Layer::Transpose(options) if by_products(layer, &x, &weight) => {
+                // The ReLU in the same pass; a leaky one after it.
+                let relu = activation == Activation::Relu;
+                let y = conv_gemm::conv_transpose2d(x, weight, Some(bias), options, relu);
+                return match activation {
+                    Activation::Leaky(slope) => Cube::leaky_relu(y, slope.into()),
+                    _ => y,
+                };
+            }
             Layer::Transpose(options) => {
                 Cube::conv_transpose2d(x, weight, Some(bias), options.clone())
             }
@@ -87,7 +100,20 @@ impl LayerKernels for Cube {
             let db = Cube::float_sum_dim(Cube::float_sum_dim(db, 2), 3);
             Cube::float_reshape(db, [channels].into())
         });
+        let gemm = conv_gemm::Wanted {
+            input: wanted.input,
+            weight: wanted.weight,
+        };
+        let products = by_products(layer, &x, &weight);
         let (dx, dw) = match layer {
+            Layer::Conv(options) if products => {
+                let g = conv_gemm::conv2d_gradients(x, weight, dy, options, gemm);
+                (g.input, g.weight)
+            }
+            Layer::Transpose(options) if products => {
+                let g = conv_gemm::conv_transpose2d_gradients(x, weight, dy, options, gemm);
+                (g.input, g.weight)
+            }
             Layer::Conv(options) => (
                 wanted.input.then(|| {
                     Cube::conv2d_x_backward(x.clone(), weight.clone(), dy.clone(), options.clone())
@@ -107,6 +133,23 @@ impl LayerKernels for Cube {
         };
         [dx, dw, db]
     }
+}
+
+/// Whether `layer` runs as matrix products (`conv_gemm::suits`; its channels in and out are
+/// the input's and, per group, the weight's other axis), in f32 only: in f16 cubek's
+/// products as launched here lose the gradients' precision (the default model's first
+/// weight gradient 3% off burn's on lavapipe, 2026-12-07), so half precision keeps burn's
+/// kernels until the products accumulate in f32.
+fn by_products(layer: &Layer, x: &FloatTensor<Cube>, weight: &FloatTensor<Cube>) -> bool {
+    if x.dtype != burn::tensor::DType::F32 || weight.dtype != burn::tensor::DType::F32 {
+        return false;
+    }
+    let channels_in = x.shape()[1];
+    let (groups, channels_out) = match layer {
+        Layer::Conv(options) => (options.groups, weight.shape()[0]),
+        Layer::Transpose(options) => (options.groups, weight.shape()[1] * options.groups),
+    };
+    conv_gemm::suits(groups, channels_in, channels_out)
 }
 
 impl OutputOnlyLayers for Cube {
@@ -220,3 +263,6 @@ pub fn conv_transpose(
         relu,
     ))
 }
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests;

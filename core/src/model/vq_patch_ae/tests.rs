@@ -46,16 +46,33 @@ fn loss_and_gradients(
 /// gradient checkpointing.
 #[test]
 fn cpu_layers_match_the_plain_path() {
-    layers_match_the_plain_path(BackendKind::Flex, None, 1e-4);
+    layers_match_the_plain_path(BackendKind::Flex, None, Within::OfLargest(1e-4));
 }
 
 /// The same on wgpu (lavapipe in CI): the output-only layers of `gpu_layers` and the
 /// quantizer's nearest-code kernel against burn's layers and the distance matrix.
+///
+/// Compared as a whole gradient (its norm), not value by value: the decoder's transposed
+/// convolutions run forward as matrix products (`conv_gemm`), whose rounding differs from
+/// burn's direct kernel, and a ReLU whose input lies within that rounding of zero passes
+/// its gradient on one path and not on the other; each such flip moves every gradient
+/// upstream of it. Measured 2026-12-07 on lavapipe: 1.1e-4 to 2.0e-4 of each encoder
+/// parameter's gradient norm, about 1e-6 with burn's forward kept (the gradients' products
+/// alone). Each form is checked value by value against burn's in `gpu_layers::tests`.
 #[cfg(feature = "wgpu")]
 #[test]
 fn gpu_layers_match_the_plain_path() {
     let _alone = crate::wgpu_pool_alone();
-    layers_match_the_plain_path(BackendKind::Wgpu, None, 1e-4);
+    layers_match_the_plain_path(BackendKind::Wgpu, None, Within::OfNorm(1e-3));
+}
+
+/// How close each parameter's gradient must come to the plain path's.
+#[derive(Debug, Clone, Copy)]
+enum Within {
+    /// Every value within this share of the gradient's largest value.
+    OfLargest(f32),
+    /// The difference's norm within this share of the gradient's norm.
+    OfNorm(f32),
 }
 
 /// The output-only layers in mixed precision (f16 compute) against burn's layers in the
@@ -69,10 +86,14 @@ fn gpu_layers_match_the_plain_path_in_half_precision() {
         eprintln!("this wgpu adapter has no f16: nothing to compare");
         return;
     }
-    layers_match_the_plain_path(BackendKind::Wgpu, Some(FloatDType::F16), 2e-2);
+    layers_match_the_plain_path(
+        BackendKind::Wgpu,
+        Some(FloatDType::F16),
+        Within::OfLargest(2e-2),
+    );
 }
 
-fn layers_match_the_plain_path(backend: BackendKind, compute: Option<FloatDType>, tolerance: f32) {
+fn layers_match_the_plain_path(backend: BackendKind, compute: Option<FloatDType>, within: Within) {
     for checkpointing in [false, true] {
         let device = backend.training_device(None, checkpointing).unwrap();
         device.seed(7);
@@ -91,19 +112,36 @@ fn layers_match_the_plain_path(backend: BackendKind, compute: Option<FloatDType>
         let plain = fast.clone().with_forms(LayerForms::Plain);
         let (fast_loss, fast_grads) = loss_and_gradients(&fast, x.clone(), compute);
         let (plain_loss, plain_grads) = loss_and_gradients(&plain, x, compute);
+        let loss_tolerance = match within {
+            Within::OfLargest(share) | Within::OfNorm(share) => share / 10.0,
+        };
         assert!(
-            (fast_loss - plain_loss).abs() <= tolerance / 10.0 * plain_loss.abs(),
+            (fast_loss - plain_loss).abs() <= loss_tolerance * plain_loss.abs(),
             "{fast_loss} against {plain_loss}"
         );
         assert_eq!(fast_grads.len(), plain_grads.len());
         for (i, (f, p)) in fast_grads.iter().zip(&plain_grads).enumerate() {
             let scale = p.iter().fold(0f32, |m, v| m.max(v.abs()));
             assert!(scale > 0.0, "parameter {i} has no gradient");
-            for (a, b) in f.iter().zip(p) {
-                assert!(
-                    (a - b).abs() <= tolerance * scale,
-                    "parameter {i} (checkpointing {checkpointing}): {a} against {b}"
-                );
+            match within {
+                Within::OfLargest(share) => {
+                    for (a, b) in f.iter().zip(p) {
+                        assert!(
+                            (a - b).abs() <= share * scale,
+                            "parameter {i} (checkpointing {checkpointing}): {a} against {b}"
+                        );
+                    }
+                }
+                Within::OfNorm(share) => {
+                    let norm = p.iter().map(|v| v * v).sum::<f32>().sqrt();
+                    let off = f.iter().zip(p).map(|(a, b)| (a - b) * (a - b)).sum::<f32>();
+                    assert!(
+                        off.sqrt() <= share * norm,
+                        "parameter {i} (checkpointing {checkpointing}): off by {:.2e} of its \
+                         gradient's norm",
+                        off.sqrt() / norm
+                    );
+                }
             }
         }
     }
