@@ -2,12 +2,12 @@
 //! layer with its ReLU as one autodiff op that keeps only its output ([`super::output_only`]).
 //!
 //! On wgpu that halves what a training step holds for backward (`docs/BENCHMARKS.md`,
-//! "Memory of a step on wgpu"). A transposed convolution, and both gradients of every
-//! layer, are matrix products over unfolded windows (`headroom_shaders::conv_gemm`, a
-//! bounded chunk of samples at a time) where burn's direct kernels ran them as convolutions
-//! (the weight gradient with the batch as channels); a convolution's forward and the ReLU
-//! are burn's kernels, and so is every part of a grouped layer or one with fewer than
-//! `conv_gemm::MIN_CHANNELS` channels on a side.
+//! "Memory of a step on wgpu"). Each layer, forward with its bias and ReLU and both its
+//! gradients, runs as matrix products over unfolded windows (`headroom_shaders::conv_gemm`,
+//! a bounded chunk of samples at a time) where burn's direct kernels ran convolutions (the
+//! weight gradient with the batch as channels); a grouped layer, one with fewer than
+//! `conv_gemm::MIN_CHANNELS` channels on a side, and one in half precision keep burn's
+//! kernels.
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -51,17 +51,22 @@ impl LayerKernels for Cube {
         bias: FloatTensor<Self>,
         activation: Activation,
     ) -> FloatTensor<Self> {
+        if by_products(layer, &x, &weight) {
+            // The ReLU in the same pass; a leaky one after it.
+            let relu = activation == Activation::Relu;
+            let y = match layer {
+                Layer::Conv(options) => conv_gemm::conv2d(x, weight, Some(bias), options, relu),
+                Layer::Transpose(options) => {
+                    conv_gemm::conv_transpose2d(x, weight, Some(bias), options, relu)
+                }
+            };
+            return match activation {
+                Activation::Leaky(slope) => Cube::leaky_relu(y, slope.into()),
+                _ => y,
+            };
+        }
         let y = match layer {
             Layer::Conv(options) => Cube::conv2d(x, weight, Some(bias), options.clone()),
-            Layer::Transpose(options) if by_products(layer, &x, &weight) => {
-                // The ReLU in the same pass; a leaky one after it.
-                let relu = activation == Activation::Relu;
-                let y = conv_gemm::conv_transpose2d(x, weight, Some(bias), options, relu);
-                return match activation {
-                    Activation::Leaky(slope) => Cube::leaky_relu(y, slope.into()),
-                    _ => y,
-                };
-            }
             Layer::Transpose(options) => {
                 Cube::conv_transpose2d(x, weight, Some(bias), options.clone())
             }

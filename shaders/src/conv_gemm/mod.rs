@@ -1,6 +1,5 @@
-//! A 2-D convolution's and a transposed convolution's gradients, and a transposed
-//! convolution itself, as matrix products on any cubecl runtime, a bounded chunk of samples
-//! at a time.
+//! A 2-D convolution and a transposed convolution, forward and both gradients, as matrix
+//! products on any cubecl runtime, a bounded chunk of samples at a time.
 //!
 //! burn 0.22.1 without its `autotune` feature computes both gradients with its direct
 //! convolution kernel: the weight gradient as a convolution of the input by the output's
@@ -18,11 +17,13 @@
 //! the input times those columns, and the input gradient is the weight times them. Its
 //! forward is the weight times the input, folded onto the output with the bias and ReLU
 //! ([`conv_transpose2d`]); burn's direct kernel took a third of the default model's step on
-//! lavapipe there.
+//! lavapipe there. A convolution's forward is the weight times the columns, laid out as
+//! planes with the bias and ReLU ([`planes`], [`conv2d`]).
 //!
 //! Where a layer has few channels on either side ([`suits`]) the products degenerate (a
 //! matrix times a vector, an outer product) and burn's direct kernels stay faster.
 
+mod planes;
 mod unfold;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,9 +33,10 @@ use burn_backend::ops::{ConvOptions, ConvTransposeOptions, FloatTensorOps};
 use burn_backend::{Shape, Slice, TensorMetadata};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
+pub use planes::planes;
 pub use unfold::{Epilogue, fold, unfold};
 
 type B = CubeBackend;
@@ -147,9 +149,9 @@ pub fn conv2d_gradients(
         1,
     );
     let x = into_contiguous(x);
-    let dx = wanted
-        .input
-        .then(|| empty_device_dtype(x.client.clone(), x.device.clone(), x.shape(), dy.dtype));
+    let dx = wanted.input.then(|| {
+        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), x.shape(), dy.dtype)
+    });
     let mut dw = None;
     let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
     for first in (0..samples).step_by(per_chunk) {
@@ -201,7 +203,9 @@ pub fn conv_transpose2d_gradients(
     };
     let weight_rows = B::float_reshape(weight, Shape::from([channels, window.rows()]));
     let dy = into_contiguous(dy);
-    let mut dx = Vec::new();
+    let dx = wanted.input.then(|| {
+        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), x.shape(), dy.dtype)
+    });
     let mut dw = None;
     let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
     for first in (0..samples).step_by(per_chunk) {
@@ -212,22 +216,63 @@ pub fn conv_transpose2d_gradients(
             let part = B::float_matmul(columns.clone(), sample_pixels(&x, first, count));
             dw = Some(accumulate(dw, part));
         }
-        if wanted.input {
-            // `[in, count x h x w]` back to `[count, in, h, w]`.
+        if let Some(dx) = &dx {
             let rows = B::float_matmul(weight_rows.clone(), columns);
-            let planes = B::float_reshape(rows, Shape::from([channels, count, h, w]));
-            dx.push(into_contiguous(B::float_swap_dims(planes, 0, 1)));
+            planes(&rows, dx, first, count, Epilogue::default());
         }
     }
-    let input = match dx.len() {
-        0 => None,
-        1 => dx.pop(),
-        _ => Some(B::float_cat(dx, 0)),
-    };
     Gradients {
-        input,
+        input: dx,
         weight: dw.map(|dw| from_transposed(dw, weight_shape)),
     }
+}
+
+/// `conv2d(x, weight) + bias` (`x` `[n, in, h, w]`, `weight` `[out, in, kh, kw]`), then the
+/// ReLU when `relu`; ungrouped.
+pub fn conv2d(
+    x: CubeTensor,
+    weight: CubeTensor,
+    bias: Option<CubeTensor>,
+    options: &ConvOptions<2>,
+    relu: bool,
+) -> CubeTensor {
+    assert_eq!(options.groups, 1, "conv_gemm: a grouped convolution");
+    let [samples, channels, h, w] = dims(&x);
+    let [out, _, kh, kw] = dims(&weight);
+    let size = |axis: usize, input: usize, kernel: usize| {
+        let (before, after) = options.padding[axis];
+        let reach = options.dilation[axis] * (kernel - 1) + 1;
+        (input + before + after).saturating_sub(reach) / options.stride[axis] + 1
+    };
+    let window = Window {
+        channels,
+        image: [h, w],
+        positions: [size(0, h, kh), size(1, w, kw)],
+        kernel: [kh, kw],
+        stride: options.stride,
+        padding: options.padding_begin(),
+        dilation: options.dilation,
+    };
+    let weight_rows = B::float_reshape(weight, Shape::from([out, window.rows()]));
+    let bias = bias.map(into_contiguous);
+    let x = into_contiguous(x);
+    let y = empty_device_contiguous_dtype(
+        x.client.clone(),
+        x.device.clone(),
+        Shape::from([samples, out, window.positions[0], window.positions[1]]),
+        x.dtype,
+    );
+    let epilogue = Epilogue {
+        bias: bias.as_ref(),
+        relu,
+    };
+    let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), chunk_bytes());
+    for first in (0..samples).step_by(per_chunk) {
+        let count = per_chunk.min(samples - first);
+        let rows = B::float_matmul(weight_rows.clone(), unfold(&x, first, count, &window));
+        planes(&rows, &y, first, count, epilogue);
+    }
+    y
 }
 
 /// `conv_transpose2d(x, weight) + bias` (`x` `[n, in, h, w]`, `weight` `[in, out, kh, kw]`),
@@ -271,7 +316,7 @@ pub fn conv_transpose2d(
         1,
     );
     let bias = bias.map(into_contiguous);
-    let y = empty_device_dtype(
+    let y = empty_device_contiguous_dtype(
         x.client.clone(),
         x.device.clone(),
         Shape::from([samples, out, window.image[0], window.image[1]]),

@@ -13,7 +13,7 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::std::FastDivmod;
 use burn_cubecl::cubecl::{CubeDim, calculate_cube_count_elemwise};
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::Window;
@@ -148,7 +148,9 @@ fn fold_kernel<E: Numeric>(
 /// (`[samples, channels, h, w]`, any strides), zero where a window reads the padding.
 pub fn unfold(image: &CubeTensor, first: usize, count: usize, window: &Window) -> CubeTensor {
     let width = count * window.positions_per_sample();
-    let columns = empty_device_dtype(
+    // Contiguous, not as cubecl lays a new tensor out (it may pad rows): the kernel writes
+    // value i at index i, as fold and planes write their outputs.
+    let columns = empty_device_contiguous_dtype(
         image.client.clone(),
         image.device.clone(),
         [window.rows(), width].into(),
