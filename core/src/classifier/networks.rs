@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gan::networks::Generator;
 use crate::model::asr::transformer::{self, LAYER_NORM_EPSILON};
-use crate::model::{PatchShape, cpu_forms, layers};
+use crate::model::{LayerForms, PatchShape, layers};
 
 /// A tile's side, in mel bands and frames.
 pub const TILE: usize = 8;
@@ -234,8 +234,8 @@ impl PlainCnn {
         for (conv, norm) in self.convs.iter().zip(&self.norms) {
             // On the CPU Headroom's convolution kernels (their weight gradient one GEMM per
             // sample, where burn's is a convolution of 9 rows), then the norm and ReLU as
-            // one op on flex.
-            let y = cpu_forms::conv_or_burns(conv, x, false);
+            // one op on flex; on cubecl devices the output-only layer of matrix products.
+            let y = layers::conv(conv, x, None, LayerForms::Auto, false);
             x = layers::group_norm_relu(norm, y);
         }
         let [n, c, _, _] = x.dims();

@@ -22,7 +22,7 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 
 use super::GanShape;
-use crate::model::{cpu_forms, layers, untracked};
+use crate::model::{LayerForms, layers, untracked};
 
 /// Power iterations per spectral norm: enough, from a fixed start, for the largest singular
 /// value of these weights to a few percent (see [`spectral_norm`]).
@@ -105,13 +105,10 @@ impl Upsample {
     }
 
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let up = if cpu_forms::is_cpu(&x.device()) {
-            // On the CPU Headroom's transposed convolution (flex's unfolded-gradient
-            // kernel, one GEMM per sample each way); elsewhere burn's.
-            cpu_forms::up(&self.conv, x, false)
-        } else {
-            self.conv.forward(x)
-        };
+        // On the CPU Headroom's transposed convolution (flex's unfolded-gradient kernel, one
+        // GEMM per sample each way), on cubecl devices the output-only layer of matrix
+        // products (`gpu_layers`); burn's elsewhere.
+        let up = layers::up(&self.conv, x, None, LayerForms::Auto, false);
         layers::group_norm_relu(&self.norm, up)
     }
 }
@@ -186,8 +183,8 @@ impl Generator {
             x = block.forward(x);
         }
         // One output channel: on flex its planes, on the other CPU backends every tap's
-        // product at once (`conv_by_taps`).
-        let x = cpu_forms::conv_or_burns(&self.out, x, false);
+        // product at once (`conv_by_taps`); on cubecl devices the output-only layer.
+        let x = layers::conv(&self.out, x, None, LayerForms::Auto, false);
         if x.dims()[2..] == [self.mels, self.frames] {
             x
         } else {
@@ -226,18 +223,20 @@ impl NormalisedConv {
         let weight = weight / sigma.reshape([1, 1, 1, 1]);
         // On flex Headroom's convolution kernel with the leaky ReLU in the same op (its
         // weight gradient one GEMM per sample over the positions, where burn's is a
-        // convolution with 16 rows); elsewhere burn's.
+        // convolution with 16 rows); on cubecl devices the output-only layer of matrix
+        // products with the leaky ReLU (`gpu_layers`); elsewhere burn's.
         #[cfg(feature = "flex")]
         if crate::model::cpu_kernels::runs_on(&x.device()) {
             let activation = crate::model::cpu_kernels::Activation::Leaky(LEAKY_SLOPE);
             return crate::model::cpu_kernels::conv(x, weight, self.bias.val(), 2, 1, activation);
         }
-        let y = conv2d(
-            x,
-            weight,
-            Some(self.bias.val()),
-            ConvOptions::new([2, 2], [1, 1], [1, 1], 1),
-        );
+        let options = ConvOptions::new([2, 2], [1, 1], [1, 1], 1);
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if crate::model::gpu_layers::runs_on(&x.device()) {
+            let bias = self.bias.val();
+            return crate::model::gpu_layers::conv_leaky(x, weight, bias, options, LEAKY_SLOPE);
+        }
+        let y = conv2d(x, weight, Some(self.bias.val()), options);
         leaky_relu(y, LEAKY_SLOPE.into())
     }
 }

@@ -37,16 +37,6 @@ pub fn is_cpu(device: &Device) -> bool {
     false
 }
 
-/// `layer` (then a ReLU when `relu`): on a CPU backend in [`conv`]'s form, elsewhere burn's
-/// own convolution (the networks measured on wgpu in burn's form).
-pub fn conv_or_burns(layer: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
-    if is_cpu(&x.device()) {
-        conv(layer, x, relu)
-    } else {
-        relu_if(layer.forward(x), relu)
-    }
-}
-
 /// `layer` (then a ReLU when `relu`) in the fastest form for a CPU backend: on flex the
 /// layer kernels with bias and ReLU fused (planes for one input or output channel, else
 /// unfolded GEMMs); elsewhere unfolding for one input channel, taps for a stride-1 layer

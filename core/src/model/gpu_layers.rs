@@ -33,6 +33,15 @@ pub trait OutputOnlyLayers: burn::backend::Backend {
         relu: bool,
     ) -> FloatTensor<Self>;
 
+    /// `conv2d(x, weight) + bias`, then a leaky ReLU of `slope` (positive) below zero.
+    fn conv_leaky_keeping_output(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        slope: f32,
+    ) -> FloatTensor<Self>;
+
     /// `conv_transpose2d(x, weight) + bias`, then the ReLU when `relu`.
     fn conv_transpose_keeping_output(
         x: FloatTensor<Self>,
@@ -174,6 +183,22 @@ impl OutputOnlyLayers for Cube {
         )
     }
 
+    fn conv_leaky_keeping_output(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        slope: f32,
+    ) -> FloatTensor<Self> {
+        Cube::layer_forward(
+            &Layer::Conv(options),
+            x,
+            weight,
+            bias,
+            Activation::Leaky(slope),
+        )
+    }
+
     fn conv_transpose_keeping_output(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -205,6 +230,22 @@ impl<C: CheckpointStrategy> OutputOnlyLayers for Autodiff<Cube, C> {
             weight,
             bias,
             Activation::relu_if(relu),
+        )
+    }
+
+    fn conv_leaky_keeping_output(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        slope: f32,
+    ) -> FloatTensor<Self> {
+        tracked::<Cube, C>(
+            Layer::Conv(options),
+            x,
+            weight,
+            bias,
+            Activation::Leaky(slope),
         )
     }
 
@@ -249,6 +290,24 @@ pub fn conv(
         bias.into_dispatch(),
         options,
         relu,
+    ))
+}
+
+/// `leaky_relu(conv2d(x, weight) + bias, slope)` on a cubecl device (the GAN's
+/// discriminator).
+pub fn conv_leaky(
+    x: Tensor<4>,
+    weight: Tensor<4>,
+    bias: Tensor<1>,
+    options: ConvOptions<2>,
+    slope: f32,
+) -> Tensor<4> {
+    Tensor::from_dispatch(burn::backend::Dispatch::conv_leaky_keeping_output(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        options,
+        slope,
     ))
 }
 

@@ -15,7 +15,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::AsrShape;
 use super::transformer::{self, LAYER_NORM_EPSILON};
-use crate::model::cpu_forms;
+use crate::model::{LayerForms, cpu_forms, layers};
 use headroom_datasets::speech::vocab::Vocabulary;
 
 /// Longest sequence the positional encodings cover, in encoder frames or characters:
@@ -178,9 +178,10 @@ impl AsrNetworks {
         // On the CPU through Headroom's forms (the first convolution, of one channel, by
         // flex's plane kernels, elsewhere by unfolding; the second by flex's
         // unfolded-gradient kernels; bias and ReLU fused):
-        // burn's weight gradients here are matrix products a few rows wide. Elsewhere burn's
-        // convolutions, the form the recogniser was measured in on wgpu.
-        let conv = |layer: &Conv2d, x: Tensor<4>| cpu_forms::conv_or_burns(layer, x, true);
+        // burn's weight gradients here are matrix products a few rows wide. On cubecl
+        // devices the output-only layers (the second as matrix products, `gpu_layers`).
+        let conv =
+            |layer: &Conv2d, x: Tensor<4>| layers::conv(layer, x, None, LayerForms::Auto, true);
         let x = conv(&self.conv2, conv(&self.conv1, x));
         let [_, channels, steps, bands] = x.dims();
         let x = x.swap_dims(1, 2).reshape([n, steps, channels * bands]);

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::backend::BackendKind;
-use burn::tensor::activation::relu;
+use burn::tensor::activation::{leaky_relu, relu};
 use burn::tensor::module::{conv_transpose2d, conv2d};
 use burn::tensor::{Distribution, TensorData};
 
@@ -36,14 +36,23 @@ enum Case {
     Transpose(ConvTransposeOptions<2>),
 }
 
+/// burn's activation after its layer.
+fn activate(y: Tensor<4>, activation: Activation) -> Tensor<4> {
+    match activation {
+        Activation::None => y,
+        Activation::Relu => relu(y),
+        Activation::Leaky(slope) => leaky_relu(y, slope.into()),
+    }
+}
+
 /// Output and gradients (input's where `input_grad`, weight's, bias's) of `sum(y * probe)`
-/// through the output-only layer (`ours`) or burn's layer then ReLU.
+/// through the output-only layer (`ours`) or burn's layer then the activation.
 fn run(
     case: &Case,
     x: &Tensor<4>,
     weight: &Tensor<4>,
     bias: &Tensor<1>,
-    relu_after: bool,
+    activation: Activation,
     input_grad: bool,
     ours: bool,
 ) -> Vec<Vec<f32>> {
@@ -53,29 +62,33 @@ fn run(
         x.clone()
     };
     let (weight, bias) = (weight.clone().require_grad(), bias.clone().require_grad());
-    let y = match (case, ours) {
-        (Case::Conv(o), true) => conv(
+    let relu_after = activation == Activation::Relu;
+    let y = match (case, ours, activation) {
+        (Case::Conv(o), true, Activation::Leaky(slope)) => {
+            conv_leaky(x.clone(), weight.clone(), bias.clone(), o.clone(), slope)
+        }
+        (Case::Conv(o), true, _) => conv(
             x.clone(),
             weight.clone(),
             bias.clone(),
             o.clone(),
             relu_after,
         ),
-        (Case::Transpose(o), true) => conv_transpose(
+        (Case::Transpose(o), true, _) => conv_transpose(
             x.clone(),
             weight.clone(),
             bias.clone(),
             o.clone(),
             relu_after,
         ),
-        (Case::Conv(o), false) => {
-            let y = conv2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone());
-            if relu_after { relu(y) } else { y }
-        }
-        (Case::Transpose(o), false) => {
-            let y = conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone());
-            if relu_after { relu(y) } else { y }
-        }
+        (Case::Conv(o), false, _) => activate(
+            conv2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone()),
+            activation,
+        ),
+        (Case::Transpose(o), false, _) => activate(
+            conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone()),
+            activation,
+        ),
     };
     let probe = Tensor::<4>::random(y.shape(), Distribution::Normal(0.0, 1.0), &y.device());
     let grads = (y.clone() * probe).sum().backward();
@@ -94,7 +107,16 @@ fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usiz
         Case::Conv(_) => w_shape[0],
         Case::Transpose(_) => w_shape[1],
     };
-    for (relu_after, input_grad) in [(true, true), (false, true), (true, false)] {
+    let mut activations = vec![
+        (Activation::Relu, true),
+        (Activation::None, true),
+        (Activation::Relu, false),
+    ];
+    // The GAN's discriminator: a convolution with a leaky ReLU.
+    if matches!(case, Case::Conv(_)) {
+        activations.push((Activation::Leaky(0.2), true));
+    }
+    for (activation, input_grad) in activations {
         device.seed(11);
         let x = Tensor::<4>::random(x_shape, Distribution::Normal(0.0, 1.0), &device);
         let weight = Tensor::<4>::random(w_shape, Distribution::Normal(0.0, 0.3), &device);
@@ -107,10 +129,10 @@ fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usiz
         );
         let previous = conv_gemm::set_chunk_bytes(chunk_bytes);
         device.seed(5);
-        let ours = run(&case, &x, &weight, &bias, relu_after, input_grad, true);
+        let ours = run(&case, &x, &weight, &bias, activation, input_grad, true);
         conv_gemm::set_chunk_bytes(previous);
         device.seed(5);
-        let theirs = run(&case, &x, &weight, &bias, relu_after, input_grad, false);
+        let theirs = run(&case, &x, &weight, &bias, activation, input_grad, false);
         let names: &[&str] = if input_grad {
             &[
                 "output",
@@ -122,7 +144,7 @@ fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usiz
             &["output", "weight's gradient", "bias's gradient"]
         };
         for ((a, b), name) in ours.iter().zip(&theirs).zip(names) {
-            let what = format!("{name} (ReLU {relu_after}, chunk {chunk_bytes} B, {x_shape:?})");
+            let what = format!("{name} ({activation:?}, chunk {chunk_bytes} B, {x_shape:?})");
             assert_close(a, b, &what);
         }
     }
