@@ -149,13 +149,10 @@ pub fn conv2d_gradients(
         1,
     );
     let x = into_contiguous(x);
-    let dx = wanted.input.then(|| {
-        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), x.shape(), dy.dtype)
-    });
+    let dx = wanted.input.then(|| output_like(&x, x.shape(), dy.dtype));
     let mut dw = None;
     let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
-    for first in (0..samples).step_by(per_chunk) {
-        let count = per_chunk.min(samples - first);
+    for (first, count) in chunks(samples, per_chunk) {
         let dy_rows = sample_rows(&dy, first, count);
         if wanted.weight {
             let columns = unfold(&x, first, count, &window);
@@ -203,13 +200,10 @@ pub fn conv_transpose2d_gradients(
     };
     let weight_rows = B::float_reshape(weight, Shape::from([channels, window.rows()]));
     let dy = into_contiguous(dy);
-    let dx = wanted.input.then(|| {
-        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), x.shape(), dy.dtype)
-    });
+    let dx = wanted.input.then(|| output_like(&x, x.shape(), dy.dtype));
     let mut dw = None;
     let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
-    for first in (0..samples).step_by(per_chunk) {
-        let count = per_chunk.min(samples - first);
+    for (first, count) in chunks(samples, per_chunk) {
         let columns = unfold(&dy, first, count, &window);
         if wanted.weight {
             // `[rows, in]`, both sides read along their rows; transposed once at the end.
@@ -256,9 +250,8 @@ pub fn conv2d(
     let weight_rows = B::float_reshape(weight, Shape::from([out, window.rows()]));
     let bias = bias.map(into_contiguous);
     let x = into_contiguous(x);
-    let y = empty_device_contiguous_dtype(
-        x.client.clone(),
-        x.device.clone(),
+    let y = output_like(
+        &x,
         Shape::from([samples, out, window.positions[0], window.positions[1]]),
         x.dtype,
     );
@@ -267,8 +260,7 @@ pub fn conv2d(
         relu,
     };
     let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), chunk_bytes());
-    for first in (0..samples).step_by(per_chunk) {
-        let count = per_chunk.min(samples - first);
+    for (first, count) in chunks(samples, per_chunk) {
         let rows = B::float_matmul(weight_rows.clone(), unfold(&x, first, count, &window));
         planes(&rows, &y, first, count, epilogue);
     }
@@ -316,9 +308,8 @@ pub fn conv_transpose2d(
         1,
     );
     let bias = bias.map(into_contiguous);
-    let y = empty_device_contiguous_dtype(
-        x.client.clone(),
-        x.device.clone(),
+    let y = output_like(
+        &x,
         Shape::from([samples, out, window.image[0], window.image[1]]),
         x.dtype,
     );
@@ -327,12 +318,45 @@ pub fn conv_transpose2d(
         relu,
     };
     let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), chunk_bytes());
-    for first in (0..samples).step_by(per_chunk) {
-        let count = per_chunk.min(samples - first);
+    for (first, count) in chunks(samples, per_chunk) {
         let columns = B::float_matmul(weight_t.clone(), sample_rows(&x, first, count));
         fold(&columns, &y, first, count, &window, epilogue);
     }
     y
+}
+
+/// A contiguous tensor on `like`'s device, as the kernels here write their outputs (value i
+/// at index i; cubecl may pad a new tensor's rows otherwise).
+fn output_like(like: &CubeTensor, shape: Shape, dtype: burn_backend::DType) -> CubeTensor {
+    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, dtype)
+}
+
+/// `(first, count)` of each chunk of `per_chunk` samples out of `samples`.
+fn chunks(samples: usize, per_chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..samples)
+        .step_by(per_chunk.max(1))
+        .map(move |first| (first, per_chunk.min(samples - first)))
+}
+
+/// One invocation per value of `values`: the cubes, their size, and the index width the
+/// tensors a kernel touches need.
+fn launch_shape(
+    values: usize,
+    tensors: &[&CubeTensor],
+) -> (
+    burn_cubecl::cubecl::CubeCount,
+    burn_cubecl::cubecl::CubeDim,
+    burn_cubecl::cubecl::prelude::AddressType,
+) {
+    let client = &tensors[0].client;
+    let cube_dim = burn_cubecl::cubecl::CubeDim::new(client, values);
+    let cube_count = burn_cubecl::cubecl::calculate_cube_count_elemwise(client, values, cube_dim);
+    let address = tensors
+        .iter()
+        .map(|t| t.required_address_type())
+        .max()
+        .unwrap_or_default();
+    (cube_count, cube_dim, address)
 }
 
 fn dims(tensor: &CubeTensor) -> [usize; 4] {

@@ -7,7 +7,6 @@ use burn_backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::std::FastDivmod;
-use burn_cubecl::cubecl::{CubeDim, calculate_cube_count_elemwise};
 use burn_cubecl::tensor::CubeTensor;
 
 use super::unfold::Epilogue;
@@ -64,11 +63,7 @@ pub fn planes(
         return;
     }
     let client = planes.client.clone();
-    let cube_dim = CubeDim::new(&client, values);
-    let cube_count = calculate_cube_count_elemwise(&client, values, cube_dim);
-    let address = planes
-        .required_address_type()
-        .max(rows.required_address_type());
+    let (cube_count, cube_dim, address) = super::launch_shape(values, &[planes, rows]);
     // SAFETY: `planes` is contiguous with `first + count` samples or more (the callers
     // allocate it whole), so `first * per_sample + values` is in bounds; a row is read at a
     // channel below `channels` and a column below `count x positions`, the shape `rows`

@@ -12,7 +12,6 @@ use burn_backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::std::FastDivmod;
-use burn_cubecl::cubecl::{CubeDim, calculate_cube_count_elemwise};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -161,11 +160,7 @@ pub fn unfold(image: &CubeTensor, first: usize, count: usize, window: &Window) -
         return columns;
     }
     let client = image.client.clone();
-    let cube_dim = CubeDim::new(&client, values);
-    let cube_count = calculate_cube_count_elemwise(&client, values, cube_dim);
-    let address = image
-        .required_address_type()
-        .max(columns.required_address_type());
+    let (cube_count, cube_dim, address) = super::launch_shape(values, &[image, &columns]);
     // SAFETY: every index the kernel reads lies inside `image` (the window's bounds are
     // checked against the image's shape, the samples against the caller's range inside the
     // tensor), and every index written is below `columns.len()`.
@@ -217,11 +212,7 @@ pub fn fold(
         return;
     }
     let client = image.client.clone();
-    let cube_dim = CubeDim::new(&client, values);
-    let cube_count = calculate_cube_count_elemwise(&client, values, cube_dim);
-    let address = image
-        .required_address_type()
-        .max(columns.required_address_type());
+    let (cube_count, cube_dim, address) = super::launch_shape(values, &[image, columns]);
     // SAFETY: `image` is contiguous with `first + count` samples or more (the callers
     // allocate it whole), so `first * per_image + values` is in bounds; a column is read
     // only where its window position lies inside `window.positions` and its row inside
