@@ -41,8 +41,9 @@ pub use unfold::{Epilogue, fold, unfold};
 
 type B = CubeBackend;
 
-/// Most bytes of unfolded columns one chunk holds: the samples of a micro-batch are taken
-/// as many at a time as fit (at least one). Under lavapipe's 128 MiB largest binding, and
+/// Most bytes of unfolded columns one chunk holds, whatever the layer (a layer's own bound
+/// is lower where its activations are smaller: `bound`): the samples of a micro-batch are
+/// taken as many at a time as fit (at least one). Under lavapipe's 128 MiB largest binding, and
 /// large enough that the default model's widest layer (the last, 4.5 MiB of columns a
 /// sample) takes 14 samples a product.
 pub const CHUNK_BYTES: usize = 64 << 20;
@@ -151,7 +152,7 @@ pub fn conv2d_gradients(
     let x = into_contiguous(x);
     let dx = wanted.input.then(|| output_like(&x, x.shape(), dy.dtype));
     let mut dw = None;
-    let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
+    let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), bound(&[&x, &dy]));
     for (first, count) in chunks(samples, per_chunk) {
         let dy_rows = sample_rows(&dy, first, count);
         if wanted.weight {
@@ -202,7 +203,7 @@ pub fn conv_transpose2d_gradients(
     let dy = into_contiguous(dy);
     let dx = wanted.input.then(|| output_like(&x, x.shape(), dy.dtype));
     let mut dw = None;
-    let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), chunk_bytes());
+    let per_chunk = window.samples_per_chunk(samples, dy.dtype.size(), bound(&[&x, &dy]));
     for (first, count) in chunks(samples, per_chunk) {
         let columns = unfold(&dy, first, count, &window);
         if wanted.weight {
@@ -259,7 +260,7 @@ pub fn conv2d(
         bias: bias.as_ref(),
         relu,
     };
-    let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), chunk_bytes());
+    let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), bound(&[&x, &y]));
     for (first, count) in chunks(samples, per_chunk) {
         let rows = B::float_matmul(weight_rows.clone(), unfold(&x, first, count, &window));
         planes(&rows, &y, first, count, epilogue);
@@ -317,7 +318,7 @@ pub fn conv_transpose2d(
         bias: bias.as_ref(),
         relu,
     };
-    let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), chunk_bytes());
+    let per_chunk = window.samples_per_chunk(samples, x.dtype.size(), bound(&[&x, &y]));
     for (first, count) in chunks(samples, per_chunk) {
         let columns = B::float_matmul(weight_t.clone(), sample_rows(&x, first, count));
         fold(&columns, &y, first, count, &window, epilogue);
@@ -329,6 +330,21 @@ pub fn conv_transpose2d(
 /// at index i; cubecl may pad a new tensor's rows otherwise).
 fn output_like(like: &CubeTensor, shape: Shape, dtype: burn_backend::DType) -> CubeTensor {
     empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, dtype)
+}
+
+/// The bytes of columns a chunk may hold: [`chunk_bytes`], and never more than the largest
+/// of the layer's activations. cubecl's pool sizes its pages by the allocations it sees,
+/// so columns larger than any activation made every page larger: with a bound of 64 MiB
+/// alone the default model's what-if splits at 64 and 128 MiB on lavapipe were refused by
+/// the runs told to use them (8 patches measured 77 MiB). Bounded by the activations, the
+/// columns add a buffer of a size the pool already holds.
+fn bound(activations: &[&CubeTensor]) -> usize {
+    let largest = activations
+        .iter()
+        .map(|t| t.shape().num_elements() * t.dtype.size())
+        .max()
+        .unwrap_or(0);
+    chunk_bytes().min(largest)
 }
 
 /// `(first, count)` of each chunk of `per_chunk` samples out of `samples`.

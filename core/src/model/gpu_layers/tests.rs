@@ -1,7 +1,7 @@
-//! The output-only layers' gradients by matrix products (`headroom_shaders::conv_gemm`)
-//! against burn's own convolution and ReLU on wgpu (lavapipe in CI): output, and the input's,
-//! weight's and bias's gradients, at odd shapes, strides, paddings and dilations, in one
-//! chunk of samples and in several.
+//! The output-only layers' matrix products (`headroom_shaders::conv_gemm`) against burn's
+//! own convolution and activation on wgpu (lavapipe in CI): output, and the input's,
+//! weight's and bias's gradients, at odd shapes, strides, paddings and dilations, in chunks
+//! of the size a layer's activations set and of one or a few samples.
 
 use super::*;
 use crate::backend::BackendKind;
@@ -156,7 +156,7 @@ fn chunk_of(samples_per_chunk: usize, rows: usize, positions: usize) -> usize {
 }
 
 #[test]
-fn convolutions_match_burns_in_one_chunk_and_in_several() {
+fn convolutions_match_burns_in_chunks_of_every_size() {
     let _alone = crate::wgpu_pool_alone();
     // The model's encoder layer: 3 x 3 at stride 2, padding 1 (9 x 7 -> 5 x 4).
     let strided = ConvOptions::new([2, 2], [1, 1], [1, 1], 1);
@@ -191,7 +191,7 @@ fn convolutions_match_burns_in_one_chunk_and_in_several() {
 }
 
 #[test]
-fn transposed_convolutions_match_burns_in_one_chunk_and_in_several() {
+fn transposed_convolutions_match_burns_in_chunks_of_every_size() {
     let _alone = crate::wgpu_pool_alone();
     // The model's decoder layer: 4 x 4 at stride 2, padding 1 (5 x 6 -> 10 x 12).
     let decoder = ConvTransposeOptions::new([2, 2], [1, 1], [0, 0], [1, 1], 1);
