@@ -8,9 +8,9 @@
 //! Here the window's values are unfolded into columns ([`unfold`]) and each gradient is one
 //! product by cubek's matmul (the tiles of the adapter: cooperative matrices where the
 //! compiler has them), the input's folded back ([`fold`]). The columns of a chunk are
-//! bounded by [`chunk_bytes`] ([`CHUNK_BYTES`] unless set), so what a step holds grows with
-//! the micro-batch only up to it; the planner measures it in its calibration steps like any
-//! other buffer.
+//! bounded by [`chunk_bytes`] ([`CHUNK_BYTES`] unless set) and by the layer's largest
+//! activation, so they add a buffer no larger than one the step already holds; the planner
+//! measures it in its calibration steps like any other buffer.
 //!
 //! For a transposed convolution the roles swap: its output gradient is the image that is
 //! unfolded (the transpose of a convolution from output to input), the weight gradient is
@@ -43,9 +43,7 @@ type B = CubeBackend;
 
 /// Most bytes of unfolded columns one chunk holds, whatever the layer (a layer's own bound
 /// is lower where its activations are smaller: `bound`): the samples of a micro-batch are
-/// taken as many at a time as fit (at least one). Under lavapipe's 128 MiB largest binding, and
-/// large enough that the default model's widest layer (the last, 4.5 MiB of columns a
-/// sample) takes 14 samples a product.
+/// taken as many at a time as fit (at least one). Under lavapipe's 128 MiB largest binding.
 pub const CHUNK_BYTES: usize = 64 << 20;
 
 static CHUNK: AtomicUsize = AtomicUsize::new(CHUNK_BYTES);
@@ -436,7 +434,7 @@ mod tests {
 
     #[test]
     fn a_chunk_holds_at_most_its_bytes_and_at_least_one_sample() {
-        // The default model's last layer: 288 rows x 4,096 positions, 4.5 MiB a sample.
+        // 288 rows x 4,096 positions (32 channels, 3 x 3, 64 x 64): 4.5 MiB a sample.
         let last = window(32, [64, 64]);
         let per_chunk = last.samples_per_chunk(1024, 4, CHUNK_BYTES);
         assert_eq!(per_chunk, 14);
