@@ -28,7 +28,9 @@ mod unfold;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use burn_backend::ops::conv::calculate_conv_transpose_output_size;
+use burn_backend::ops::conv::{
+    calculate_conv_output_size_asymmetric, calculate_conv_transpose_output_size,
+};
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, FloatTensorOps};
 use burn_backend::{Shape, Slice, TensorMetadata};
 use burn_cubecl::CubeBackend;
@@ -73,6 +75,64 @@ pub struct Window {
 }
 
 impl Window {
+    /// The window of `conv2d` over an input of `channels` and `image`'s size: positioned at
+    /// every value of its output.
+    pub fn convolution(
+        channels: usize,
+        image: [usize; 2],
+        kernel: [usize; 2],
+        options: &ConvOptions<2>,
+    ) -> Self {
+        let positions = [0, 1].map(|axis| {
+            calculate_conv_output_size_asymmetric(
+                kernel[axis],
+                options.stride[axis],
+                options.padding[axis],
+                options.dilation[axis],
+                image[axis],
+            )
+        });
+        Self {
+            channels,
+            image,
+            positions,
+            kernel,
+            stride: options.stride,
+            padding: options.padding_begin(),
+            dilation: options.dilation,
+        }
+    }
+
+    /// The window of the convolution that `conv_transpose2d` transposes: it maps the
+    /// transposed convolution's output (`channels`, the image) to its input (of
+    /// `positions`' size, a position per value).
+    pub fn transposed(
+        channels: usize,
+        positions: [usize; 2],
+        kernel: [usize; 2],
+        options: &ConvTransposeOptions<2>,
+    ) -> Self {
+        let image = [0, 1].map(|axis| {
+            calculate_conv_transpose_output_size(
+                kernel[axis],
+                options.stride[axis],
+                options.padding[axis],
+                options.padding_out[axis],
+                options.dilation[axis],
+                positions[axis],
+            )
+        });
+        Self {
+            channels,
+            image,
+            positions,
+            kernel,
+            stride: options.stride,
+            padding: options.padding,
+            dilation: options.dilation,
+        }
+    }
+
     /// Rows of the columns: one per (channel, kernel row, kernel column).
     pub fn rows(&self) -> usize {
         self.channels * self.kernel[0] * self.kernel[1]
@@ -131,16 +191,7 @@ pub fn conv2d_gradients(
     let [samples, channels, h, w] = dims(&x);
     let weight_shape = weight.shape();
     let [out, _, kh, kw] = dims(&weight);
-    let [_, _, oh, ow] = dims(&dy);
-    let window = Window {
-        channels,
-        image: [h, w],
-        positions: [oh, ow],
-        kernel: [kh, kw],
-        stride: options.stride,
-        padding: options.padding_begin(),
-        dilation: options.dilation,
-    };
+    let window = Window::convolution(channels, [h, w], [kh, kw], options);
     // `[rows, out]`: the weight read as `[out, rows]`, transposed (a view).
     let weight_t = B::float_swap_dims(
         B::float_reshape(weight, Shape::from([out, window.rows()])),
@@ -185,18 +236,7 @@ pub fn conv_transpose2d_gradients(
     let [samples, channels, h, w] = dims(&x);
     let weight_shape = weight.shape();
     let [_, out, kh, kw] = dims(&weight);
-    let [_, _, oh, ow] = dims(&dy);
-    // The convolution this one transposes maps the output (the image here) to the input
-    // (the window positions).
-    let window = Window {
-        channels: out,
-        image: [oh, ow],
-        positions: [h, w],
-        kernel: [kh, kw],
-        stride: options.stride,
-        padding: options.padding,
-        dilation: options.dilation,
-    };
+    let window = Window::transposed(out, [h, w], [kh, kw], options);
     let weight_rows = B::float_reshape(weight, Shape::from([channels, window.rows()]));
     let dy = into_contiguous(dy);
     let dx = wanted.input.then(|| output_like(&x, x.shape(), dy.dtype));
@@ -232,20 +272,7 @@ pub fn conv2d(
     assert_eq!(options.groups, 1, "conv_gemm: a grouped convolution");
     let [samples, channels, h, w] = dims(&x);
     let [out, _, kh, kw] = dims(&weight);
-    let size = |axis: usize, input: usize, kernel: usize| {
-        let (before, after) = options.padding[axis];
-        let reach = options.dilation[axis] * (kernel - 1) + 1;
-        (input + before + after).saturating_sub(reach) / options.stride[axis] + 1
-    };
-    let window = Window {
-        channels,
-        image: [h, w],
-        positions: [size(0, h, kh), size(1, w, kw)],
-        kernel: [kh, kw],
-        stride: options.stride,
-        padding: options.padding_begin(),
-        dilation: options.dilation,
-    };
+    let window = Window::convolution(channels, [h, w], [kh, kw], options);
     let weight_rows = B::float_reshape(weight, Shape::from([out, window.rows()]));
     let bias = bias.map(into_contiguous);
     let x = into_contiguous(x);
@@ -281,25 +308,7 @@ pub fn conv_transpose2d(
     );
     let [samples, channels, h, w] = dims(&x);
     let [_, out, kh, kw] = dims(&weight);
-    let size = |axis: usize, input: usize, kernel: usize| {
-        calculate_conv_transpose_output_size(
-            kernel,
-            options.stride[axis],
-            options.padding[axis],
-            options.padding_out[axis],
-            options.dilation[axis],
-            input,
-        )
-    };
-    let window = Window {
-        channels: out,
-        image: [size(0, h, kh), size(1, w, kw)],
-        positions: [h, w],
-        kernel: [kh, kw],
-        stride: options.stride,
-        padding: options.padding,
-        dilation: options.dilation,
-    };
+    let window = Window::transposed(out, [h, w], [kh, kw], options);
     // `[rows, in]`: the weight read as `[in, rows]`, transposed (a view).
     let weight_t = B::float_swap_dims(
         B::float_reshape(weight, Shape::from([channels, window.rows()])),
@@ -381,27 +390,27 @@ fn dims(tensor: &CubeTensor) -> [usize; 4] {
 /// Samples `first..first + count` of `[n, c, h, w]` as a `[c, count x h x w]` matrix (a copy
 /// unless `c` or `count` is 1).
 fn sample_rows(tensor: &CubeTensor, first: usize, count: usize) -> CubeTensor {
-    let [samples, channels, h, w] = dims(tensor);
-    let part = if first == 0 && count == samples {
-        tensor.clone()
-    } else {
-        B::float_slice(tensor.clone(), &[Slice::from(first..first + count)])
-    };
-    let swapped = into_contiguous(B::float_swap_dims(part, 0, 1));
+    let [_, channels, h, w] = dims(tensor);
+    let swapped = into_contiguous(B::float_swap_dims(samples_of(tensor, first, count), 0, 1));
     B::float_reshape(swapped, Shape::from([channels, count * h * w]))
 }
 
 /// Samples `first..first + count` of `[n, c, h, w]` as a `[count x h x w, c]` matrix, a
 /// pixel a row (a copy unless `c` is 1).
 fn sample_pixels(tensor: &CubeTensor, first: usize, count: usize) -> CubeTensor {
-    let [samples, channels, h, w] = dims(tensor);
-    let part = if first == 0 && count == samples {
+    let [_, channels, h, w] = dims(tensor);
+    let part = samples_of(tensor, first, count);
+    let pixels = into_contiguous(B::float_permute(part, &[0, 2, 3, 1]));
+    B::float_reshape(pixels, Shape::from([count * h * w, channels]))
+}
+
+/// Samples `first..first + count` of `tensor` (a view; the tensor itself when that is all).
+fn samples_of(tensor: &CubeTensor, first: usize, count: usize) -> CubeTensor {
+    if first == 0 && count == tensor.shape()[0] {
         tensor.clone()
     } else {
         B::float_slice(tensor.clone(), &[Slice::from(first..first + count)])
-    };
-    let pixels = into_contiguous(B::float_permute(part, &[0, 2, 3, 1]));
-    B::float_reshape(pixels, Shape::from([count * h * w, channels]))
+    }
 }
 
 /// A weight gradient summed as `[rows, first axis]` in the weight's shape.

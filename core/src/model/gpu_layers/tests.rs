@@ -9,11 +9,7 @@ use burn::tensor::activation::{leaky_relu, relu};
 use burn::tensor::module::{conv_transpose2d, conv2d};
 use burn::tensor::{Distribution, TensorData};
 
-fn values(t: Tensor<4>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-}
-
-fn values1(t: Tensor<1>) -> Vec<f32> {
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
@@ -29,13 +25,6 @@ fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
     }
 }
 
-/// Which layer a case runs.
-#[derive(Clone)]
-enum Case {
-    Conv(ConvOptions<2>),
-    Transpose(ConvTransposeOptions<2>),
-}
-
 /// burn's activation after its layer.
 fn activate(y: Tensor<4>, activation: Activation) -> Tensor<4> {
     match activation {
@@ -48,7 +37,7 @@ fn activate(y: Tensor<4>, activation: Activation) -> Tensor<4> {
 /// Output and gradients (input's where `input_grad`, weight's, bias's) of `sum(y * probe)`
 /// through the output-only layer (`ours`) or burn's layer then the activation.
 fn run(
-    case: &Case,
+    layer: &Layer,
     x: &Tensor<4>,
     weight: &Tensor<4>,
     bias: &Tensor<1>,
@@ -63,29 +52,29 @@ fn run(
     };
     let (weight, bias) = (weight.clone().require_grad(), bias.clone().require_grad());
     let relu_after = activation == Activation::Relu;
-    let y = match (case, ours, activation) {
-        (Case::Conv(o), true, Activation::Leaky(slope)) => {
+    let y = match (layer, ours, activation) {
+        (Layer::Conv(o), true, Activation::Leaky(slope)) => {
             conv_leaky(x.clone(), weight.clone(), bias.clone(), o.clone(), slope)
         }
-        (Case::Conv(o), true, _) => conv(
+        (Layer::Conv(o), true, _) => conv(
             x.clone(),
             weight.clone(),
             bias.clone(),
             o.clone(),
             relu_after,
         ),
-        (Case::Transpose(o), true, _) => conv_transpose(
+        (Layer::Transpose(o), true, _) => conv_transpose(
             x.clone(),
             weight.clone(),
             bias.clone(),
             o.clone(),
             relu_after,
         ),
-        (Case::Conv(o), false, _) => activate(
+        (Layer::Conv(o), false, _) => activate(
             conv2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone()),
             activation,
         ),
-        (Case::Transpose(o), false, _) => activate(
+        (Layer::Transpose(o), false, _) => activate(
             conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), o.clone()),
             activation,
         ),
@@ -97,15 +86,15 @@ fn run(
         out.push(values(x.grad(&grads).expect("the input's gradient")));
     }
     out.push(values(weight.grad(&grads).expect("the weight's gradient")));
-    out.push(values1(bias.grad(&grads).expect("the bias's gradient")));
+    out.push(values(bias.grad(&grads).expect("the bias's gradient")));
     out
 }
 
-fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usize) {
+fn check(layer: Layer, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usize) {
     let device = BackendKind::Wgpu.training_device(None, false).unwrap();
-    let bias_len = match case {
-        Case::Conv(_) => w_shape[0],
-        Case::Transpose(_) => w_shape[1],
+    let bias_len = match layer {
+        Layer::Conv(_) => w_shape[0],
+        Layer::Transpose(_) => w_shape[1],
     };
     let mut activations = vec![
         (Activation::Relu, true),
@@ -113,7 +102,7 @@ fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usiz
         (Activation::Relu, false),
     ];
     // The GAN's discriminator: a convolution with a leaky ReLU.
-    if matches!(case, Case::Conv(_)) {
+    if matches!(layer, Layer::Conv(_)) {
         activations.push((Activation::Leaky(0.2), true));
     }
     for (activation, input_grad) in activations {
@@ -129,10 +118,10 @@ fn check(case: Case, x_shape: [usize; 4], w_shape: [usize; 4], chunk_bytes: usiz
         );
         let previous = conv_gemm::set_chunk_bytes(chunk_bytes);
         device.seed(5);
-        let ours = run(&case, &x, &weight, &bias, activation, input_grad, true);
+        let ours = run(&layer, &x, &weight, &bias, activation, input_grad, true);
         conv_gemm::set_chunk_bytes(previous);
         device.seed(5);
-        let theirs = run(&case, &x, &weight, &bias, activation, input_grad, false);
+        let theirs = run(&layer, &x, &weight, &bias, activation, input_grad, false);
         let names: &[&str] = if input_grad {
             &[
                 "output",
@@ -161,13 +150,13 @@ fn convolutions_match_burns_in_chunks_of_every_size() {
     // The model's encoder layer: 3 x 3 at stride 2, padding 1 (9 x 7 -> 5 x 4).
     let strided = ConvOptions::new([2, 2], [1, 1], [1, 1], 1);
     check(
-        Case::Conv(strided.clone()),
+        Layer::Conv(strided.clone()),
         [5, 3, 9, 7],
         [4, 3, 3, 3],
         conv_gemm::CHUNK_BYTES,
     );
     check(
-        Case::Conv(strided),
+        Layer::Conv(strided),
         [5, 3, 9, 7],
         [4, 3, 3, 3],
         chunk_of(2, 27, 20),
@@ -175,7 +164,7 @@ fn convolutions_match_burns_in_chunks_of_every_size() {
     // Uneven strides, asymmetric padding and a dilation (9 x 8 -> 5 x 4).
     let odd = ConvOptions::new_with_padding([2, 1], [(1, 0), (2, 1)], [1, 2], 1);
     check(
-        Case::Conv(odd),
+        Layer::Conv(odd),
         [3, 2, 9, 8],
         [3, 2, 3, 4],
         chunk_of(1, 24, 20),
@@ -183,7 +172,7 @@ fn convolutions_match_burns_in_chunks_of_every_size() {
     // No padding, a window as wide as the image on one axis (1 x 3).
     let valid = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
     check(
-        Case::Conv(valid),
+        Layer::Conv(valid),
         [4, 3, 3, 5],
         [2, 3, 3, 3],
         chunk_of(3, 27, 3),
@@ -196,13 +185,13 @@ fn transposed_convolutions_match_burns_in_chunks_of_every_size() {
     // The model's decoder layer: 4 x 4 at stride 2, padding 1 (5 x 6 -> 10 x 12).
     let decoder = ConvTransposeOptions::new([2, 2], [1, 1], [0, 0], [1, 1], 1);
     check(
-        Case::Transpose(decoder.clone()),
+        Layer::Transpose(decoder.clone()),
         [5, 4, 5, 6],
         [4, 3, 4, 4],
         conv_gemm::CHUNK_BYTES,
     );
     check(
-        Case::Transpose(decoder),
+        Layer::Transpose(decoder),
         [5, 4, 5, 6],
         [4, 3, 4, 4],
         chunk_of(2, 48, 30),
@@ -210,7 +199,7 @@ fn transposed_convolutions_match_burns_in_chunks_of_every_size() {
     // Stride 3, output padding, dilation 2, padding on one axis (4 x 3 -> 15 x 11).
     let odd = ConvTransposeOptions::new([3, 3], [0, 1], [1, 2], [2, 2], 1);
     check(
-        Case::Transpose(odd),
+        Layer::Transpose(odd),
         [3, 2, 4, 3],
         [2, 3, 3, 3],
         chunk_of(1, 27, 12),
