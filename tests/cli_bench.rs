@@ -43,7 +43,10 @@ fn check(result: &serde_json::Value, backend: &str, patches: f64) {
 
 #[test]
 fn bench_reports_flex() {
-    check(&bench("flex", "2", "3", "1"), "flex", 2.0);
+    let result = bench("flex", "2", "3", "1");
+    check(&result, "flex", 2.0);
+    // Kernel launches are a cubecl device's; a CPU backend reports none.
+    assert!(result.get("launches_per_step").is_none(), "{result}");
 }
 
 /// `--classifier` times the network it names (the PyTorch twin's parameter counts: vit
@@ -327,6 +330,15 @@ fn report_on_wgpu() {
     // A device pool's figures: its footprint, and the pages it holds.
     assert!(r["mem_peak_bytes"].as_u64().unwrap() > 0, "{r}");
     assert!(!r["pools"].as_array().unwrap().is_empty(), "{r}");
+    // Its timed step's kernel launches, each kernel's summing to them.
+    let launches = r["launches_per_step"].as_f64().unwrap();
+    let kernels: u64 = r["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["launches"].as_u64().unwrap())
+        .sum();
+    assert!(launches >= 10.0 && kernels as f64 == launches, "{r}");
     check_planner_row(&report["planner"][0], 64 << 20, 512, None);
     assert!(
         table.contains("The planner against real runs of dcase-ae"),

@@ -109,8 +109,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 format!("{} x {} patches", result.batch, result.patches),
             ),
         };
+        let launches = result
+            .launches_per_step
+            .map(|n| format!(", {n:.0} kernel launches a step"))
+            .unwrap_or_default();
         println!(
-            "{} ({} threads): {:.1} {rate}, median step {:.1} ms, peak memory {}{in_use}, micro-batch {micro_batch} x {} accumulation",
+            "{} ({} threads): {:.1} {rate}, median step {:.1} ms, peak memory {}{in_use}, micro-batch {micro_batch} x {} accumulation{launches}",
             result.backend,
             result.threads,
             result.patches_per_s,

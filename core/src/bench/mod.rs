@@ -2,9 +2,13 @@
 //! as its PyTorch reference (`shared/bench/reference_vqae.py` for the default model,
 //! `bench/reference/` for the others) so the two compare side by side.
 
+#[cfg(feature = "wgpu")]
+mod launches;
 mod profile;
 mod trace;
 
+#[cfg(feature = "wgpu")]
+pub use launches::{KernelLaunches, Launches};
 pub use profile::{OpTime, Profile, profile};
 pub use trace::{MemoryStage, MemoryTrace, memory_trace};
 
@@ -134,6 +138,14 @@ pub struct BenchResult {
     /// A device pool's pages after the timed steps (empty on CPU backends).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<crate::memory::PoolPages>,
+    /// Kernel launches a timed step issues on a cubecl device, over every kernel (none
+    /// on CPU backends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches_per_step: Option<f64>,
+    /// Each kernel's launches over all the timed steps, most launched first.
+    #[cfg(feature = "wgpu")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelLaunches>,
 }
 
 /// Times the default model (in the layer forms `config` asks for).
@@ -177,9 +189,15 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
     let n = config.split().patches_per_micro_batch();
     let mut times = Vec::with_capacity(config.steps);
     let (mut peak, mut in_use_peak) = (0, 0);
+    #[cfg(feature = "wgpu")]
+    let mut launches = None;
     for step in 0..config.warmup + config.steps {
         if step == config.warmup {
             meter.reset_peak();
+            #[cfg(feature = "wgpu")]
+            if !config.backend.is_host() {
+                launches = Some(Launches::start());
+            }
         }
         let started = Instant::now();
         let batches = (0..config.accumulation).map(|_| task.measuring_batch(n, &device));
@@ -201,6 +219,14 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
             in_use_peak = in_use_peak.max(meter.in_use_peak());
         }
     }
+    #[cfg(feature = "wgpu")]
+    let kernels = launches.map(Launches::finish);
+    #[cfg(feature = "wgpu")]
+    let launches_per_step = kernels.as_ref().map(|kernels| {
+        kernels.iter().map(|k| k.launches).sum::<u64>() as f64 / config.steps.max(1) as f64
+    });
+    #[cfg(not(feature = "wgpu"))]
+    let launches_per_step = None;
     let median = median(&mut times);
     Ok(BenchResult {
         framework: "headroom".into(),
@@ -218,6 +244,9 @@ pub fn run_model<T: TrainingTask + NamedConfig>(
         peak_rss_mib: peak_rss_mib(),
         frames: config.frames,
         pools: meter.pages(),
+        launches_per_step,
+        #[cfg(feature = "wgpu")]
+        kernels: kernels.unwrap_or_default(),
     })
 }
 

@@ -135,8 +135,9 @@ pub fn api_name(api: wgpu::Backend) -> &'static str {
     }
 }
 
-/// A GPU device a run trains on, in words: its name as burn's runtime reports it, and the
-/// API it runs on ("llvmpipe (LLVM 15.0.6, 256 bits), Vulkan"; "NVIDIA H100 PCIe, CUDA").
+/// A GPU device a run trains on, in words: its name as burn's runtime reports it, the API
+/// it runs on, and on wgpu what its kernels are compiled to ("llvmpipe (LLVM 15.0.6, 256
+/// bits), Vulkan, SPIR-V kernels"; "NVIDIA H100 PCIe, CUDA").
 /// Opens the device if it is not open yet; `None` for a device that reports no name.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn describe(device: &burn::tensor::Device) -> Option<String> {
@@ -150,10 +151,16 @@ pub fn describe(device: &burn::tensor::Device) -> Option<String> {
     let api = match device.as_dispatch() {
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(cube @ CubeDevice::Wgpu(wgpu_device)) => {
-            Some(api_name(runtime_api(cube, wgpu_device.backend)))
+            let api = api_name(runtime_api(cube, wgpu_device.backend));
+            let client = cube.client();
+            let cooperative = !client.properties().features.matmul.cmma.is_empty();
+            Some(format!(
+                "{api}, {}",
+                kernel_words(client.name(), cooperative)
+            ))
         }
         #[cfg(feature = "cuda")]
-        DispatchDevice::Cube(CubeDevice::Cuda(_)) => Some("CUDA"),
+        DispatchDevice::Cube(CubeDevice::Cuda(_)) => Some("CUDA".to_string()),
         _ => None,
     };
     Some(match api {
@@ -165,6 +172,18 @@ pub fn describe(device: &burn::tensor::Device) -> Option<String> {
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 pub fn describe(_device: &burn::tensor::Device) -> Option<String> {
     None
+}
+
+/// What cubecl compiles a wgpu device's kernels to, by its runtime's name, and whether
+/// its matrix products may take cooperative-matrix (tensor core) tiles.
+#[cfg(feature = "wgpu")]
+fn kernel_words(runtime: &str, cooperative: bool) -> &'static str {
+    match (runtime, cooperative) {
+        ("wgpu<spirv>", true) => "SPIR-V kernels with cooperative matrices",
+        ("wgpu<spirv>", false) => "SPIR-V kernels",
+        ("wgpu<msl>", _) => "MSL kernels",
+        _ => "WGSL kernels",
+    }
 }
 
 /// The graphics API an open wgpu device of burn's runtime runs on: the one it pins, or the

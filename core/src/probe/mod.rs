@@ -108,9 +108,9 @@ pub struct DeviceReport {
 }
 
 /// The device a run trains on, in words, for people rather than for burn: the CPU's model
-/// and threads for the CPU backends ("CPU: AMD EPYC 7B13, 2 threads"), the adapter's name
-/// and graphics API for wgpu ("llvmpipe (LLVM 15.0.6, 256 bits), Vulkan"), the GPU's name for
-/// CUDA. A GPU device is opened if it is not open yet.
+/// and threads for the CPU backends ("CPU: AMD EPYC 7B13, 2 threads"), the adapter's name,
+/// graphics API and kernel language for wgpu ("llvmpipe (LLVM 15.0.6, 256 bits), Vulkan,
+/// SPIR-V kernels"), the GPU's name for CUDA. A GPU device is opened if it is not open yet.
 pub fn describe_device(backend: BackendKind, device: &burn::tensor::Device) -> String {
     if backend.is_host() {
         return cpu::describe();
@@ -189,11 +189,18 @@ mod tests {
             !words.contains("Device<") && !words.contains("Cube"),
             "{words}"
         );
-        let (name, api) = words.rsplit_once(", ").expect("name, API");
+        let (rest, kernels) = words.rsplit_once(", ").expect("name, API, kernels");
+        let (name, api) = rest.rsplit_once(", ").expect("name, API");
         assert!(!name.is_empty(), "{words}");
         assert!(
             ["Vulkan", "Metal", "DX12", "GL", "WebGPU"].contains(&api),
             "{words}"
         );
+        assert!(
+            kernels.ends_with("kernels") || kernels.ends_with("matrices"),
+            "{words}"
+        );
+        // SPIR-V only on Vulkan, and there in a build with the `vulkan` feature.
+        assert!(!kernels.starts_with("SPIR-V") || api == "Vulkan", "{words}");
     }
 }

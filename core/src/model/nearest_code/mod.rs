@@ -37,9 +37,9 @@ pub(crate) fn plain_nearest_codes(latents: Tensor<2>, codebook: Tensor<2>) -> Te
     distances.argmin(1).reshape([positions])
 }
 
-/// Whether the fused kernel serves these inputs: a wgpu device (whose compiler, in
-/// Headroom's builds, is WGSL), f32 values, a latent width the kernel holds in registers,
-/// and few enough positions for one row of workgroups.
+/// Whether the fused kernel serves these inputs: a wgpu device compiling WGSL ([`fused_on`]),
+/// f32 values, a latent width the kernel holds in registers, and few enough positions for
+/// one row of workgroups.
 pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
     #[cfg(feature = "wgpu")]
     {
@@ -57,15 +57,20 @@ pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
     }
 }
 
-/// Whether the fused kernel would run for the model's quantizer on `device`: a wgpu device.
+/// Whether the fused kernel would run for the model's quantizer on `device`: a wgpu device
+/// whose kernels cubecl compiles to WGSL. Where it compiles them to SPIR-V (a Vulkan adapter
+/// in a build with the `vulkan` feature), a WGSL kernel cannot launch, and the plain form
+/// runs.
 pub fn fused_on(device: &Device) -> bool {
     #[cfg(feature = "wgpu")]
     {
         use burn::backend::{CubeDevice, DispatchDevice};
-        matches!(
-            device.clone().without_autodiff().as_dispatch(),
-            DispatchDevice::Cube(CubeDevice::Wgpu(_))
-        )
+        match device.clone().without_autodiff().as_dispatch() {
+            DispatchDevice::Cube(cube @ CubeDevice::Wgpu(_)) => {
+                cube.client().name() == "wgpu<wgsl>"
+            }
+            _ => false,
+        }
     }
     #[cfg(not(feature = "wgpu"))]
     {
