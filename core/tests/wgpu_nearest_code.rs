@@ -1,6 +1,7 @@
-//! The fused nearest-code kernel (shaders/, WGSL) inside the model on wgpu, over Mesa's
-//! software Vulkan driver where there is no GPU (`.ci/run` installs it): the same codes as
-//! the plain tensor path, and the same training trajectory.
+//! The fused nearest-code kernel (shaders/, CubeCL) inside the model on wgpu, over Mesa's
+//! software Vulkan driver where there is no GPU (`.ci/run` installs it): the nearest codes by
+//! an f64 reference, the same codes as the plain tensor path, ties to the lower index, and the
+//! same training trajectory.
 #![cfg(feature = "wgpu")]
 
 use burn::tensor::{Distribution, Int, Tensor};
@@ -28,8 +29,9 @@ fn distance(a: &[f32], b: &[f32]) -> f64 {
         .sum()
 }
 
-/// Positions that are not multiples of the workgroup (64) or of the codebook tile (32),
-/// the model's 512 x 64 codebook and a narrower one.
+/// The default model's shape (a micro-batch of 3 patches: 192 positions, 512 codes of 64),
+/// positions that are not multiples of the cube (64) and codes that are not of the codebook
+/// tile (32), a narrower codebook, and one of a single code.
 #[test]
 fn the_kernel_picks_the_codes_the_plain_path_picks() {
     let device = BackendKind::Wgpu
@@ -39,7 +41,13 @@ fn the_kernel_picks_the_codes_the_plain_path_picks() {
         fused_on(&device),
         "the model's quantizer uses the kernel on wgpu"
     );
-    for (positions, codes_n, dim) in [(1, 512, 64), (65, 512, 64), (192, 512, 64), (200, 100, 7)] {
+    for (positions, codes_n, dim) in [
+        (192, 512, 64),
+        (1, 512, 64),
+        (65, 33, 64),
+        (200, 100, 7),
+        (130, 1, 64),
+    ] {
         let latents =
             Tensor::<2>::random([positions, dim], Distribution::Normal(0.0, 1.0), &device);
         let codebook = Tensor::<2>::random([codes_n, dim], Distribution::Normal(0.0, 1.0), &device);
@@ -86,6 +94,24 @@ fn the_kernel_picks_the_codes_the_plain_path_picks() {
             "{differ} of {positions} positions differ"
         );
     }
+}
+
+/// Two equal codes in different tiles (of 32 codes): every position takes the lower index,
+/// as argmin does.
+#[test]
+fn a_tie_goes_to_the_lower_index() {
+    let device = BackendKind::Wgpu
+        .device()
+        .expect("a wgpu adapter (lavapipe in CI)");
+    let dim = 64;
+    let codebook = Tensor::<2>::random([40, dim], Distribution::Normal(0.0, 1.0), &device);
+    let (low, high) = (3, 35);
+    let code = codebook.clone().narrow(0, low, 1);
+    let codebook = codebook.slice_assign([high..high + 1, 0..dim], code.clone());
+    let latents = code.repeat_dim(0, 70);
+    assert!(fused_runs(&latents, &codebook));
+    let found = codes(nearest_codes(latents, codebook, LayerForms::Auto));
+    assert_eq!(found, vec![low as i64; 70]);
 }
 
 /// Three optimizer steps from one initialisation on the same batches: the kernel path and

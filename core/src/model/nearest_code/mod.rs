@@ -1,15 +1,15 @@
 //! The quantizer's choice of code: the nearest codebook entry per latent position.
 //!
 //! Two forms with one answer. The plain form is tensor code any backend runs: the
-//! `[positions x codes]` matrix of squared distances, then its argmin. On a wgpu device the
-//! fused form runs `shaders/`'s WGSL kernel instead (through a burn backend extension,
-//! [`wgsl`]), which keeps a running minimum per position and never builds that matrix (8x
-//! the latents' size at 512 codes of 64 values). In training the matrix is transient, and
+//! `[positions x codes]` matrix of squared distances, then its argmin. On a cubecl device
+//! (wgpu, CUDA) the fused form runs `shaders/`'s CubeCL kernel instead (through a burn
+//! backend extension, [`kernel`]), which keeps a running minimum per position and never
+//! builds that matrix (8x the latents' size at 512 codes of 64 values). In training the matrix is transient, and
 //! the kernel does not lower a step's peak at the sizes measured (`docs/BENCHMARKS.md`,
 //! "Memory of a step on wgpu").
 
-#[cfg(feature = "wgpu")]
-mod wgsl;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod kernel;
 
 use burn::tensor::{Device, Int, Tensor};
 
@@ -19,11 +19,11 @@ use super::LayerForms;
 /// (`[positions, dim]`), by squared L2 distance; ties go to the lower index. Both inputs
 /// are detached values: the choice has no gradient.
 pub fn nearest_codes(latents: Tensor<2>, codebook: Tensor<2>, forms: LayerForms) -> Tensor<1, Int> {
-    #[cfg(feature = "wgpu")]
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if forms == LayerForms::Auto && fused_runs(&latents, &codebook) {
-        return wgsl::nearest_codes(latents, codebook);
+        return kernel::nearest_codes(latents, codebook);
     }
-    #[cfg(not(feature = "wgpu"))]
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     let _ = forms;
     plain_nearest_codes(latents, codebook)
 }
@@ -37,42 +37,38 @@ pub(crate) fn plain_nearest_codes(latents: Tensor<2>, codebook: Tensor<2>) -> Te
     distances.argmin(1).reshape([positions])
 }
 
-/// Whether the fused kernel serves these inputs: a wgpu device compiling WGSL ([`fused_on`]),
-/// f32 values, a latent width the kernel holds in registers, and few enough positions for
-/// one row of workgroups.
+/// Whether the fused kernel serves these inputs: a cubecl device ([`fused_on`]), f32
+/// values, a latent width the kernel holds in registers, and few enough positions for one
+/// row of cubes.
 pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
-    #[cfg(feature = "wgpu")]
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
         let [positions, dim] = latents.dims();
         fused_on(&latents.device())
             && latents.dtype() == burn::tensor::DType::F32
             && codebook.dtype() == burn::tensor::DType::F32
             && codebook.dims()[1] == dim
-            && wgsl::fits(positions, dim)
+            && kernel::fits(positions, dim)
     }
-    #[cfg(not(feature = "wgpu"))]
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = (latents, codebook);
         false
     }
 }
 
-/// Whether the fused kernel would run for the model's quantizer on `device`: a wgpu device
-/// whose kernels cubecl compiles to WGSL. Where it compiles them to SPIR-V (a Vulkan adapter
-/// in a build with the `vulkan` feature), a WGSL kernel cannot launch, and the plain form
-/// runs.
+/// Whether the fused kernel would run for the model's quantizer on `device`: a cubecl
+/// device (wgpu, whatever its kernels are compiled to, or CUDA).
 pub fn fused_on(device: &Device) -> bool {
-    #[cfg(feature = "wgpu")]
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        use burn::backend::{CubeDevice, DispatchDevice};
-        match device.clone().without_autodiff().as_dispatch() {
-            DispatchDevice::Cube(cube @ CubeDevice::Wgpu(_)) => {
-                cube.client().name() == "wgpu<wgsl>"
-            }
-            _ => false,
-        }
+        use burn::backend::DispatchDevice;
+        matches!(
+            device.clone().without_autodiff().as_dispatch(),
+            DispatchDevice::Cube(_)
+        )
     }
-    #[cfg(not(feature = "wgpu"))]
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = device;
         false
