@@ -160,6 +160,8 @@ pub fn train(steps: u64, print: bool) -> Result<(Vec<Event>, EvaluationReport), 
             fixed: Fixed::default(),
             // The planner's preference among patch counts that tie: 4.
             preferred_n_patches: None,
+            // Examples of one size: no plan by length.
+            length_timing: None,
         }),
         budget: Some(Budget::new(budget)),
         ..RunOptions::default()

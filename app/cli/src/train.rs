@@ -43,6 +43,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         out_dir: Some(out_dir(&args)),
         stop_after: args.stop_after,
         loader: args.loader.options()?,
+        // A plan by length packs by the timings the first run here measured, so that runs
+        // of one seed compute alike (docs/PLANNER.md, "Packing a step").
+        timings: headroom_core::plan::cache::CalibrationCache::user(),
         ..RunOptions::default()
     };
     let mut renderer = (!args.json).then(ProgressRenderer::new);

@@ -139,8 +139,11 @@ pub fn prepare<'a, T: TrainingTask>(
         let extra = |over: &[(usize, usize)]| over.len().min(OVER_TRIES);
         'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + extra(&over) {
             attempt += 1;
-            let model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
+            let mut model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
                 .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
+            if let Some(timing) = planning.length_timing {
+                model.seconds = timing;
+            }
             let mut buckets =
                 model
                     .buckets(lengths, effective_batch, available)

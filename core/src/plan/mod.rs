@@ -51,6 +51,13 @@ pub struct Planning {
     /// model's default (`ModelConfig::default_batch`); `None` prefers 4.
     #[serde(default)]
     pub preferred_n_patches: Option<usize>,
+    /// The time model a plan by length packs each step's examples by, where it is given:
+    /// a resumed run's own, or one an earlier run of this build measured on this device
+    /// (`crate::train::RunOptions::timings`). Packing follows the timings, and timings
+    /// measured anew differ from run to run, so two runs of one seed computed different
+    /// sums; `None`: the calibration's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_timing: Option<crate::lengths::LengthCost>,
 }
 
 /// A request the planner cannot take.
@@ -97,6 +104,7 @@ impl Planning {
             effective_batch,
             fixed,
             preferred_n_patches: Some(defaults.patches),
+            length_timing: None,
         })
     }
 

@@ -18,6 +18,7 @@ pub mod run_task;
 mod saving;
 pub mod schedule;
 mod steps;
+mod timing;
 mod trainer;
 
 use std::path::PathBuf;
@@ -191,6 +192,12 @@ pub struct RunOptions {
     pub budget: Option<Budget>,
     /// How clips are read: workers, read-ahead, host memory, bad files, feature cache.
     pub loader: LoaderOptions,
+    /// Where a plan by length keeps the timings it packs steps by, for the next run of this
+    /// build on this device and model: a fresh run packs by what the first one measured, so
+    /// that two runs of one seed compute the same sums (`plan::Planning::length_timing`).
+    /// `None`: each run packs by its own calibration.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub timings: Option<crate::plan::cache::CalibrationCache>,
 }
 
 /// What a run is measured by on held-out data ([`RunTask::evaluate`]).

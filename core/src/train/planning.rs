@@ -9,6 +9,7 @@ use crate::plan::{PhasePins, PlanError, Planning, PlanningError, Prepared, RunSh
 use crate::readback::LocalFuture;
 
 use super::run_task::{RunTask, TaskData};
+use super::timing::{self, Store};
 use super::{RunOptions, TrainError, counted};
 
 /// What planning left for the run: the plan, the measurements it rests on (recovery
@@ -33,8 +34,17 @@ pub(super) fn plan_run<'a, T: RunTask>(
             return Ok(Planned::default());
         };
         let mut events = Vec::new();
-        let prepared =
-            prepare_run(config, task, data, planning, &options.loader, &mut events).await?;
+        let store = timing::store(options);
+        let prepared = prepare_run(
+            config,
+            task,
+            data,
+            planning,
+            &options.loader,
+            store,
+            &mut events,
+        )
+        .await?;
         Ok(Planned {
             prepared: Some(prepared),
             events,
@@ -57,13 +67,14 @@ pub(super) fn fit_and_plan<'a, T: RunTask>(
     data: &'a mut T::Data,
     planning: &'a Planning,
     loader: &'a LoaderOptions,
+    store: Option<&'a Store>,
     sink: &'a mut dyn EventSink,
 ) -> LocalFuture<'a, Result<(T, Prepared), TrainError>> {
     Box::pin(async move {
         let mut task = task.for_data(data)?;
         let mut rounds = 0;
         loop {
-            let prepared = prepare_run(config, &task, data, planning, loader, sink).await;
+            let prepared = prepare_run(config, &task, data, planning, loader, store, sink).await;
             let fitting = match &prepared {
                 Err(TrainError::LongestDoesNotFit {
                     error:
@@ -100,6 +111,7 @@ pub(super) fn prepare_run<'a, T: RunTask>(
     data: &'a T::Data,
     planning: &'a Planning,
     loader: &'a LoaderOptions,
+    store: Option<&'a Store>,
     sink: &'a mut dyn EventSink,
 ) -> LocalFuture<'a, Result<Prepared, TrainError>> {
     Box::pin(async move {
@@ -111,8 +123,19 @@ pub(super) fn prepare_run<'a, T: RunTask>(
             read_ahead: counted(config, data.read_ahead(config, loader)),
         };
         let lengths = data.lengths();
+        let mut planning = *planning;
+        // A run packs by the timings it was planned with: a resumed run's own (saved with
+        // its config), else those an earlier run of this build measured here.
+        let kept = timing::key(config, task, &plain, &lengths, store);
+        if planning.length_timing.is_none() {
+            planning.length_timing = config
+                .length_buckets
+                .as_ref()
+                .and_then(|buckets| buckets.seconds)
+                .or_else(|| kept.as_ref().and_then(timing::Kept::read));
+        }
         let prepared =
-            crate::plan::prepare_by_length(config.target(), task, planning, share, &lengths, sink)
+            crate::plan::prepare_by_length(config.target(), task, &planning, share, &lengths, sink)
                 .await
                 .map_err(|error| match (&error, data.longest()) {
                     // A plan by length that cannot hold one longest example names it.
@@ -124,6 +147,13 @@ pub(super) fn prepare_run<'a, T: RunTask>(
                     _ => error.into(),
                 })?;
         let plan = &prepared.plan;
+        if let (None, Some(kept), Some(seconds)) = (
+            planning.length_timing,
+            &kept,
+            plan.lengths.as_ref().and_then(|l| l.buckets.seconds),
+        ) {
+            kept.write(&seconds);
+        }
         config.set_split(plan.split());
         let phases: Vec<usize> = plan.phases.iter().map(|p| p.micro_batch).collect();
         config.set_phase_micro_batches(&phases);
@@ -148,7 +178,7 @@ pub fn plan_task<'a, T: RunTask>(
         config.validate()?;
         let (task, mut data) = task.open(&config, loader)?;
         data.check()?;
-        fit_and_plan(&mut config, task, &mut data, planning, loader, sink)
+        fit_and_plan(&mut config, task, &mut data, planning, loader, None, sink)
             .await
             .map(|(_, prepared)| prepared)
     })
@@ -185,6 +215,8 @@ pub(super) fn replan_resumed<'a, T: RunTask>(
         let with = |planning| RunOptions {
             planning: Some(planning),
             loader: options.loader.clone(),
+            #[cfg(not(target_arch = "wasm32"))]
+            timings: options.timings.clone(),
             ..RunOptions::default()
         };
         match plan_run(config, task, data, &with(saved)).await {

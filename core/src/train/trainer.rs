@@ -52,6 +52,7 @@ impl<T: RunTask> TaskTrainer<T> {
                         &mut data,
                         planning,
                         &options.loader,
+                        super::timing::store(&options),
                         &mut events,
                     )
                     .await?;

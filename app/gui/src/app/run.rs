@@ -63,6 +63,8 @@ impl HeadroomApp {
                 on_bad_file: headroom_core::data::OnBadFile::Skip,
                 ..Default::default()
             },
+            // As trainer-cli: length plans pack by the timings kept on this machine.
+            timings: headroom_core::plan::cache::CalibrationCache::user(),
             ..RunOptions::default()
         };
         self.session = Session::starting();

@@ -122,8 +122,11 @@ impl Backward<Flex, 3> for LayerNormBackward {
         let per_task = rows_per_task(width);
         let mut dx = Unwritten::new(dy.len());
         // dx = inverse (g - mean(g) - n mean(g n)) with g = dy gamma, n the normalised row;
-        // dgamma and dbeta sum dy n and dy over the rows, a partial sum per task.
-        let (dgamma, dbeta) = dx
+        // dgamma and dbeta sum dy n and dy over the rows, a partial sum per task, the
+        // partials added in the tasks' order: rayon's `reduce` pairs them as its threads
+        // happened to split the work, so two runs of one seed summed them differently
+        // (speech-clap's parameters 1e-6 apart after 8 steps, same plan, same batches).
+        let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
             .par_chunks_mut(width * per_task)
             .zip(dy.par_chunks(width * per_task))
             .zip(state.normalised.par_chunks(width * per_task))
@@ -157,14 +160,12 @@ impl Backward<Flex, 3> for LayerNormBackward {
                 }
                 (dgamma, dbeta)
             })
-            .reduce(
-                || (vec![0.0f32; width], vec![0.0f32; width]),
-                |(mut ga, mut ba), (gb, bb)| {
-                    ga.iter_mut().zip(&gb).for_each(|(a, b)| *a += b);
-                    ba.iter_mut().zip(&bb).for_each(|(a, b)| *a += b);
-                    (ga, ba)
-                },
-            );
+            .collect();
+        let (mut dgamma, mut dbeta) = (vec![0.0f32; width], vec![0.0f32; width]);
+        for (gb, bb) in &partials {
+            dgamma.iter_mut().zip(gb).for_each(|(a, b)| *a += b);
+            dbeta.iter_mut().zip(bb).for_each(|(a, b)| *a += b);
+        }
         let [x_node, gamma_node, beta_node] = ops.parents.map(|p| p.map(|node| node.id));
         let parameter = Shape::new([width]);
         register(
