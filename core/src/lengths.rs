@@ -103,6 +103,17 @@ impl LengthBuckets {
         sizes
     }
 
+    /// Whether `plan` allows these buckets: the same lengths, and at each as many examples
+    /// or more.
+    pub fn within(&self, plan: &LengthBuckets) -> bool {
+        self.buckets.len() == plan.buckets.len()
+            && self
+                .buckets
+                .iter()
+                .zip(&plan.buckets)
+                .all(|(mine, its)| mine.frames == its.frames && mine.examples <= its.examples)
+    }
+
     /// The examples of the longest bucket: what the largest micro-batch of the longest
     /// examples holds.
     pub fn longest_cap(&self) -> usize {
@@ -403,6 +414,16 @@ mod tests {
                 .collect(),
             seconds: None,
         }
+    }
+
+    #[test]
+    fn saved_buckets_are_within_a_plan_of_the_same_lengths_and_as_many_examples() {
+        let saved = plan(&[(100, 4), (400, 2)]);
+        assert!(saved.within(&plan(&[(100, 4), (400, 2)])));
+        assert!(saved.within(&plan(&[(100, 64), (400, 3)])));
+        assert!(!saved.within(&plan(&[(100, 64), (400, 1)])));
+        assert!(!saved.within(&plan(&[(120, 64), (400, 3)])));
+        assert!(!saved.within(&plan(&[(100, 64)])));
     }
 
     #[test]

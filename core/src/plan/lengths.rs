@@ -133,11 +133,11 @@ pub fn prepare<'a, T: TrainingTask>(
         // A plan is taken once its longest and widest buckets were measured and the model,
         // refitted to those steps, still gives it. A refusal measured nothing, so it does not
         // use up a try.
-        let (mut attempt, mut refusals) = (0, 0);
+        let (mut attempt, mut refusals, mut landings) = (0, 0, 0);
         // A dry-run over the budget cuts the shapes past it for good (`over`), so a try that
         // ends over still narrowed the plan: up to two more tries for that.
         let extra = |over: &[(usize, usize)]| over.len().min(OVER_TRIES);
-        'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + extra(&over) {
+        'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + landings + extra(&over) {
             attempt += 1;
             let mut model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
                 .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
@@ -191,8 +191,27 @@ pub fn prepare<'a, T: TrainingTask>(
                     sink,
                 ));
             }
-            if attempt > MAX_DRY_RUNS + refusals + extra(&over) {
+            if attempt > MAX_DRY_RUNS + refusals + landings + extra(&over) {
                 break;
+            }
+            // Before a bucket far from every step measured at its length is dry-run, a
+            // step of three quarters of it: learnt, it turns the dry-run's prediction into a
+            // short step from a measurement. Measuring no step taken for the plan, it uses
+            // up no try.
+            let landing = checks
+                .iter()
+                .filter(|_| landings < MAX_LANDINGS)
+                .find_map(|b| near_examples(&measurements, b).map(|near| (near, b.frames, b)));
+            if let Some((near, frames, bucket)) = landing {
+                let micro_batches = if accumulating(bucket) { 2 } else { 1 };
+                match measure_at(target, task, near, frames, micro_batches).await {
+                    Ok(m) => measurements.push(m),
+                    // A step the device refuses is left to the dry-run, which halves.
+                    Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {}
+                    Err(other) => return Err(other.into()),
+                }
+                landings += 1;
+                continue 'tries;
             }
             for bucket in checks {
                 let micro_batches = if accumulating(&bucket) { 2 } else { 1 };
@@ -266,6 +285,29 @@ pub fn prepare<'a, T: TrainingTask>(
         }
         Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)))
     })
+}
+
+/// How far past the examples of every step measured at its length a bucket may be before
+/// a step nearer it is measured, and the share of the bucket that step takes (as
+/// `super::landing` does for plans of fixed patches).
+const FAR: usize = 2;
+const NEAR: (usize, usize) = (3, 4);
+
+/// Steps near a bucket a plan measures at most (each refit may move the buckets).
+const MAX_LANDINGS: usize = 3;
+
+/// The examples of a step near `bucket` to measure before its dry-run, where every step
+/// measured at its length holds under `1 / FAR` of its examples (calibration measures
+/// eighth and sixteenth lengths, so a bucket of short examples is a long extrapolation:
+/// speech-clap's first dry-run of 128 x 271 frames was predicted at 255.6 MiB and measured
+/// 288.4, over a 256 MiB budget); `None` where one is near or the bucket is two examples
+/// or fewer (the calibration's own sizes).
+fn near_examples(measurements: &[StepMeasurement], bucket: &LengthBucket) -> Option<usize> {
+    let near = bucket.examples * NEAR.0 / NEAR.1;
+    let measured_near = measurements
+        .iter()
+        .any(|m| m.frames == Some(bucket.frames) && m.patches * FAR >= bucket.examples);
+    (bucket.examples > 2 && near >= 2 && !measured_near).then_some(near)
 }
 
 /// Tries beyond [`MAX_DRY_RUNS`] that dry-runs over the budget may add, one each: the tiny
@@ -417,6 +459,24 @@ mod tests {
         // 16 of the longest took 1,029 MiB: 15 is the most a 1 GiB plan holds.
         let buckets = model.buckets(&lengths(), 128, 1024 * MIB).unwrap();
         assert_eq!(buckets.buckets.last().map(|b| b.examples), Some(15));
+    }
+
+    /// Seed 003's calibration on an H200, 1 to 16 examples at lengths down to a sixteenth: a
+    /// bucket of 128 at 271 frames is measured at 96 first, the longest bucket at two
+    /// examples of its length (as calibrated) is not, nor is one once a step near it was.
+    #[test]
+    fn a_bucket_far_past_the_steps_measured_at_its_length_is_measured_near_first() {
+        let mut steps = h200_steps()[..6].to_vec();
+        let bucket = |examples, frames| LengthBucket { frames, examples };
+        assert_eq!(near_examples(&steps, &bucket(128, 271)), Some(96));
+        assert_eq!(near_examples(&steps, &bucket(4, 2947)), None);
+        assert_eq!(near_examples(&steps, &bucket(6, 2947)), Some(4));
+        assert_eq!(near_examples(&steps, &bucket(2, 271)), None);
+        let mut near = steps[0].clone();
+        (near.patches, near.frames) = (96, Some(271));
+        steps.push(near);
+        assert_eq!(near_examples(&steps, &bucket(128, 271)), None);
+        assert_eq!(near_examples(&steps, &bucket(200, 271)), Some(150));
     }
 
     #[test]

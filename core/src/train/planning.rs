@@ -123,6 +123,7 @@ pub(super) fn prepare_run<'a, T: RunTask>(
             read_ahead: counted(config, data.read_ahead(config, loader)),
         };
         let lengths = data.lengths();
+        let saved = config.length_buckets.clone();
         let mut planning = *planning;
         // A run packs by the timings it was planned with: a resumed run's own (saved with
         // its config), else those an earlier run of this build measured here.
@@ -158,6 +159,20 @@ pub(super) fn prepare_run<'a, T: RunTask>(
         let phases: Vec<usize> = plan.phases.iter().map(|p| p.micro_batch).collect();
         config.set_phase_micro_batches(&phases);
         config.length_buckets = plan.lengths.as_ref().map(|l| l.buckets.clone());
+        // A resumed run keeps the buckets it was packing by where the new plan allows them,
+        // as it keeps its saved split: planned again under another budget, the caps moved,
+        // and so did the micro-batches of the steps left (the run's config event says which
+        // buckets it packs by).
+        if let (Some(saved), Some(planned)) = (saved, &config.length_buckets)
+            && saved != *planned
+            && saved.within(planned)
+        {
+            tracing::info!(
+                saved = %saved.words(),
+                "a plan by length allows the run's saved buckets: kept"
+            );
+            config.length_buckets = Some(saved);
+        }
         config.checkpointing = plan.checkpointing;
         config.precision = plan.precision;
         Ok(prepared)
