@@ -42,6 +42,36 @@ fn a_plan_fits_its_budget_keeps_the_effective_batch_and_was_dry_run() {
     );
 }
 
+/// A plan by length whose widest bucket (128 pairs of 271 frames) lies far past what
+/// calibration measured at its length measures a step near it first, so that no dry-run
+/// goes past the budget: the first one, extrapolated, was predicted at 255.6 MiB and took
+/// 288.4 of 256 (2026-12-07), where on a GPU a dry-run is a real allocation.
+#[test]
+fn a_plan_by_length_never_dry_runs_past_its_budget() {
+    let doc = run_json_document(&[
+        "plan",
+        "--model",
+        "speech-clap",
+        "--backend",
+        "flex",
+        "--memory-budget",
+        "256MiB",
+        "--effective-batch",
+        "128",
+        "--json",
+    ]);
+    let budget = 256 * MIB;
+    let dry_runs = doc["dry_runs"].as_array().unwrap();
+    assert!(!dry_runs.is_empty());
+    for dry_run in dry_runs {
+        assert!(dry_run["frames"].is_u64(), "by length: {dry_run}");
+        assert!(
+            dry_run["measured_peak_bytes"].as_u64().unwrap() <= budget,
+            "{dry_run}"
+        );
+    }
+}
+
 /// `plan` previews what `train` with the same flags will plan: the same dataset opened, the
 /// same calibration and dry-runs, so the same split and the same predicted peak (within the
 /// step-to-step noise of separate processes' allocations).
