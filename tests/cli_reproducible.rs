@@ -1,5 +1,6 @@
 //! Runs planned by length are reproducible: the same seed and flags on one machine end with
-//! the same parameters, bit for bit, and so does a run stopped half-way and resumed.
+//! the same parameters, bit for bit, and so does a run stopped half-way, or killed, and
+//! resumed.
 //!
 //! A plan by length packs each step's utterances into micro-batches by predicted time, and
 //! timings measured anew differ from run to run: measured each time, two runs of the tiny
@@ -9,6 +10,9 @@
 //! runs with an empty cache to show it.
 
 mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use common::{assert_success, events, run_json, safetensors_floats, trainer_cli};
 
@@ -80,5 +84,81 @@ fn the_contrastive_model_at_a_tight_budget() {
     three_runs_end_alike(
         "speech-clap",
         &["--memory-budget", "128MiB", "--effective-batch", "64"],
+    );
+}
+
+/// Killed with SIGKILL (`Child::kill` on Unix) once its first checkpoint is in place, then
+/// resumed by a process with no timings kept: the recogniser ends as the uninterrupted run
+/// does, bit for bit. Where the kill lands (between steps, inside a step, while a later
+/// checkpoint is written) is the machine's; the resumed run starts from the newest complete
+/// checkpoint whichever it is.
+#[test]
+fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
+    let (whole, killed, empty) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let common = [
+        "train",
+        "--json",
+        "--no-eval",
+        "--model",
+        "asr-transformer",
+        "--backend",
+        "flex",
+        "--memory-budget",
+        "96MiB",
+        "--steps",
+        "24",
+        "--checkpoint-every",
+        "4",
+        "--seed",
+        "11",
+        "--threads",
+        "2",
+    ];
+    let out = |dir: &tempfile::TempDir| dir.path().to_str().unwrap().to_string();
+    run_json(&[common.as_slice(), &["--out", &out(&whole)]].concat());
+    let mut child = trainer_cli()
+        .args(common)
+        .args(["--out", &out(&killed)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = killed.path().join("checkpoints/step-00000004");
+    let started = Instant::now();
+    while !first.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before its first checkpoint was seen");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no checkpoint in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "killed, not finished: {status}");
+    let resumed = trainer_cli()
+        .env("HEADROOM_CACHE_DIR", empty.path())
+        .args(["train", "--json", "--resume", &out(&killed)])
+        .output()
+        .unwrap();
+    assert_success(&resumed, &["train", "--resume", &out(&killed)]);
+    let last = |dir: &tempfile::TempDir| {
+        safetensors_floats(
+            &dir.path()
+                .join("checkpoints/step-00000024/model.safetensors"),
+        )
+    };
+    let (a, b) = (last(&whole), last(&killed));
+    let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+    assert!(
+        differ == 0 && a.len() == b.len() && !a.is_empty(),
+        "{differ} of {} parameters differ",
+        a.len()
     );
 }
