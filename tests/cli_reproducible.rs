@@ -14,11 +14,31 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{assert_success, events, run_json, safetensors_floats, trainer_cli};
+use std::path::Path;
+
+use common::{assert_success, events, safetensors_floats, trainer_cli};
+use serde_json::Value;
+
+/// `trainer-cli ARGS` with its timings kept in `cache`, its JSON events: each test keeps its
+/// own, since the tests of this file run side by side and two of them train the same model
+/// (a run that read another test's timings would pack as that test's runs do, not its own).
+fn train_in(cache: &Path, args: &[&str]) -> Vec<Value> {
+    let output = trainer_cli()
+        .env("HEADROOM_CACHE_DIR", cache)
+        .args(args)
+        .output()
+        .expect("trainer-cli starts");
+    assert_success(&output, args);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
 
 /// Two runs and a stopped-and-resumed one of `model` under `budget`, 12 steps each.
 fn three_runs_end_alike(model: &str, extra: &[&str]) {
-    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<tempfile::TempDir> = (0..5).map(|_| tempfile::tempdir().unwrap()).collect();
+    let cache = dirs[4].path();
     let out = |i: usize| dirs[i].path().to_str().unwrap().to_string();
     let common = [
         "train",
@@ -35,7 +55,7 @@ fn three_runs_end_alike(model: &str, extra: &[&str]) {
         "--threads",
         "2",
     ];
-    let run = |more: &[&str]| run_json(&[common.as_slice(), extra, more].concat());
+    let run = |more: &[&str]| train_in(cache, &[common.as_slice(), extra, more].concat());
     let first = run(&["--out", &out(0)]);
     let plan = events(&first, "plan");
     assert!(
@@ -45,12 +65,7 @@ fn three_runs_end_alike(model: &str, extra: &[&str]) {
     );
     run(&["--out", &out(1)]);
     run(&["--out", &out(2), "--stop-after", "6"]);
-    let resumed = trainer_cli()
-        .env("HEADROOM_CACHE_DIR", dirs[3].path())
-        .args(["train", "--json", "--resume", &out(2)])
-        .output()
-        .unwrap();
-    assert_success(&resumed, &["train", "--resume", &out(2)]);
+    train_in(dirs[3].path(), &["train", "--json", "--resume", &out(2)]);
     let last = |i: usize| {
         safetensors_floats(
             &dirs[i]
@@ -94,11 +109,7 @@ fn the_contrastive_model_at_a_tight_budget() {
 /// checkpoint whichever it is.
 #[test]
 fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
-    let (whole, killed, empty) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
+    let [whole, killed, cache, empty] = [(); 4].map(|_| tempfile::tempdir().unwrap());
     let common = [
         "train",
         "--json",
@@ -119,8 +130,12 @@ fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
         "2",
     ];
     let out = |dir: &tempfile::TempDir| dir.path().to_str().unwrap().to_string();
-    run_json(&[common.as_slice(), &["--out", &out(&whole)]].concat());
+    train_in(
+        cache.path(),
+        &[common.as_slice(), &["--out", &out(&whole)]].concat(),
+    );
     let mut child = trainer_cli()
+        .env("HEADROOM_CACHE_DIR", cache.path())
         .args(common)
         .args(["--out", &out(&killed)])
         .stdout(Stdio::null())
@@ -142,12 +157,10 @@ fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
     child.kill().unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success(), "killed, not finished: {status}");
-    let resumed = trainer_cli()
-        .env("HEADROOM_CACHE_DIR", empty.path())
-        .args(["train", "--json", "--resume", &out(&killed)])
-        .output()
-        .unwrap();
-    assert_success(&resumed, &["train", "--resume", &out(&killed)]);
+    train_in(
+        empty.path(),
+        &["train", "--json", "--resume", &out(&killed)],
+    );
     let last = |dir: &tempfile::TempDir| {
         safetensors_floats(
             &dir.path()
