@@ -14,28 +14,12 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use std::path::Path;
+use common::{events, run_json_in, safetensors_floats, trainer_cli};
 
-use common::{assert_success, events, safetensors_floats, trainer_cli};
-use serde_json::Value;
-
-/// `trainer-cli ARGS` with its timings kept in `cache`, its JSON events: each test keeps its
-/// own, since the tests of this file run side by side and two of them train the same model
-/// (a run that read another test's timings would pack as that test's runs do, not its own).
-fn train_in(cache: &Path, args: &[&str]) -> Vec<Value> {
-    let output = trainer_cli()
-        .env("HEADROOM_CACHE_DIR", cache)
-        .args(args)
-        .output()
-        .expect("trainer-cli starts");
-    assert_success(&output, args);
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
-/// Two runs and a stopped-and-resumed one of `model` under `budget`, 12 steps each.
+/// Two runs and a stopped-and-resumed one of `model` under `budget`, 12 steps each. Each
+/// test keeps its timings in a directory of its own: the tests of this file run side by
+/// side and two train the recogniser, and a run that read the other test's timings would
+/// pack as that test's runs do.
 fn three_runs_end_alike(model: &str, extra: &[&str]) {
     let dirs: Vec<tempfile::TempDir> = (0..5).map(|_| tempfile::tempdir().unwrap()).collect();
     let cache = dirs[4].path();
@@ -55,7 +39,7 @@ fn three_runs_end_alike(model: &str, extra: &[&str]) {
         "--threads",
         "2",
     ];
-    let run = |more: &[&str]| train_in(cache, &[common.as_slice(), extra, more].concat());
+    let run = |more: &[&str]| run_json_in(cache, &[common.as_slice(), extra, more].concat());
     let first = run(&["--out", &out(0)]);
     let plan = events(&first, "plan");
     assert!(
@@ -65,7 +49,7 @@ fn three_runs_end_alike(model: &str, extra: &[&str]) {
     );
     run(&["--out", &out(1)]);
     run(&["--out", &out(2), "--stop-after", "6"]);
-    train_in(dirs[3].path(), &["train", "--json", "--resume", &out(2)]);
+    run_json_in(dirs[3].path(), &["train", "--json", "--resume", &out(2)]);
     let last = |i: usize| {
         safetensors_floats(
             &dirs[i]
@@ -130,7 +114,7 @@ fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
         "2",
     ];
     let out = |dir: &tempfile::TempDir| dir.path().to_str().unwrap().to_string();
-    train_in(
+    run_json_in(
         cache.path(),
         &[common.as_slice(), &["--out", &out(&whole)]].concat(),
     );
@@ -157,7 +141,7 @@ fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
     child.kill().unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success(), "killed, not finished: {status}");
-    train_in(
+    run_json_in(
         empty.path(),
         &["train", "--json", "--resume", &out(&killed)],
     );

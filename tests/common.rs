@@ -23,7 +23,14 @@ pub fn test_cache_dir() -> std::path::PathBuf {
 
 /// Runs trainer-cli and returns its stdout parsed as one JSON value per line.
 pub fn run_json(args: &[&str]) -> Vec<Value> {
+    run_json_in(&test_cache_dir(), args)
+}
+
+/// As [`run_json`], with what trainer-cli keeps between runs in `cache` (a test that must
+/// not read what another test kept).
+pub fn run_json_in(cache: &Path, args: &[&str]) -> Vec<Value> {
     let output = trainer_cli()
+        .env("HEADROOM_CACHE_DIR", cache)
         .args(args)
         .output()
         .expect("trainer-cli starts");

@@ -9,3 +9,15 @@
 
 pub mod conv_gemm;
 pub mod nearest_code;
+
+use burn_cubecl::cubecl::prelude::AddressType;
+use burn_cubecl::tensor::CubeTensor;
+
+/// The index width a kernel touching `tensors` needs: the widest any of them needs.
+fn address_type(tensors: &[&CubeTensor]) -> AddressType {
+    tensors
+        .iter()
+        .map(|t| t.required_address_type())
+        .max()
+        .unwrap_or_default()
+}

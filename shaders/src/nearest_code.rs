@@ -121,11 +121,7 @@ pub fn nearest_code(latents: CubeTensor, codebook: CubeTensor) -> CubeTensor {
         burn_backend::DType::U32,
     );
     let cubes = positions.div_ceil(NEAREST_CODE_CUBE as usize) as u32;
-    let address = [&latents, &codebook, &indices]
-        .iter()
-        .map(|t| t.required_address_type())
-        .max()
-        .unwrap_or_default();
+    let address = crate::address_type(&[&latents, &codebook, &indices]);
     // SAFETY: an invocation reads latents only at its own position, below `positions`
     // (rows of `dim` values, contiguous), the codebook below `codes x dim`, shared memory
     // below `TILE x dim`, and writes `indices` at its position only.

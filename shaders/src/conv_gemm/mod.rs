@@ -374,12 +374,7 @@ fn launch_shape(
     let client = &tensors[0].client;
     let cube_dim = burn_cubecl::cubecl::CubeDim::new(client, values);
     let cube_count = burn_cubecl::cubecl::calculate_cube_count_elemwise(client, values, cube_dim);
-    let address = tensors
-        .iter()
-        .map(|t| t.required_address_type())
-        .max()
-        .unwrap_or_default();
-    (cube_count, cube_dim, address)
+    (cube_count, cube_dim, crate::address_type(tensors))
 }
 
 fn dims(tensor: &CubeTensor) -> [usize; 4] {

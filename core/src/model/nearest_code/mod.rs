@@ -62,11 +62,7 @@ pub fn fused_runs(latents: &Tensor<2>, codebook: &Tensor<2>) -> bool {
 pub fn fused_on(device: &Device) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        use burn::backend::DispatchDevice;
-        matches!(
-            device.clone().without_autodiff().as_dispatch(),
-            DispatchDevice::Cube(_)
-        )
+        super::gpu_layers::runs_on(device)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
