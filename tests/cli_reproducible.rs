@@ -126,6 +126,8 @@ fn a_killed_and_resumed_run_ends_as_the_uninterrupted_one() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The step directory lands before checkpoint.json points at it; a kill between the two
+    // leaves no pointer, and the resumed run starts from the step directory all the same.
     let first = killed.path().join("checkpoints/step-00000004");
     let started = Instant::now();
     while !first.exists() {

@@ -8,10 +8,11 @@
 //! ```
 //! A checkpoint is written into a scratch directory and renamed into place once complete;
 //! only then is the pointer replaced, itself through a temporary file and a rename. A crash
-//! at any moment leaves the previous checkpoint and the pointer to it intact.
+//! at any moment leaves the previous checkpoint and the pointer to it intact; one between the
+//! two renames leaves a newer complete step directory, which a run without a pointer resumes
+//! from ([`resolve`]).
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
@@ -24,6 +25,11 @@ use crate::config::TrainConfig;
 use crate::data::Normalization;
 use crate::model::{ModelConfig, ModelError, NamedConfig};
 use crate::setting::{Described, PlainWords, Setting, Wording};
+
+mod directory;
+
+pub use directory::resolve;
+use directory::{prune, sync_dir, write_synced};
 
 const FORMAT_VERSION: u32 = 1;
 const MODEL_FILE: &str = "model.safetensors";
@@ -317,27 +323,6 @@ impl CheckpointFiles {
     }
 }
 
-/// Finds the checkpoint a path names: a run directory (its newest checkpoint) or a
-/// checkpoint directory itself.
-pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
-    let pointer_path = path.join(POINTER_FILE);
-    if pointer_path.is_file() {
-        let text = fs::read(&pointer_path).map_err(|source| CheckpointError::Read {
-            path: pointer_path.clone(),
-            source,
-        })?;
-        let pointer: Pointer =
-            serde_json::from_slice(&text).map_err(|e| invalid(&pointer_path, e))?;
-        return Ok(path.join(pointer.latest));
-    }
-    if path.join(STATE_FILE).is_file() {
-        return Ok(path.to_path_buf());
-    }
-    Err(CheckpointError::Missing {
-        path: path.to_path_buf(),
-    })
-}
-
 /// Reads only the state of a checkpoint (no tensors).
 pub fn read_state(path: &Path) -> Result<CheckpointState, CheckpointError> {
     let dir = resolve(path)?;
@@ -411,38 +396,6 @@ fn invalid(path: &Path, reason: impl std::fmt::Display) -> CheckpointError {
     CheckpointError::Invalid {
         path: path.to_path_buf(),
         reason: reason.to_string(),
-    }
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = fs::File::create(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Makes renames inside `dir` durable; best effort, as not every filesystem supports it.
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-/// Deletes all but the newest `KEEP` complete checkpoints, never `current`.
-fn prune(checkpoints: &Path, current: &str) {
-    let Ok(entries) = fs::read_dir(checkpoints) else {
-        return;
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    names.sort();
-    let excess = names.len().saturating_sub(KEEP);
-    for name in names.into_iter().take(excess) {
-        if name != current {
-            let _ = fs::remove_dir_all(checkpoints.join(name));
-        }
     }
 }
 
