@@ -1,6 +1,8 @@
 //! The workspace's layout rules, checked on its sources:
 //! - dependencies point one way: in no crate do modules refer to each other in a circle;
-//! - no source file is over 600 lines.
+//! - no source file is over 600 lines;
+//! - every relative link in the README and `docs/` leads to a file, and its `#anchor` to a
+//!   heading there; the README's test command is the one `.ci/run` runs.
 //!
 //! Modules are compared where they meet: a file's reference to another module counts
 //! between the two sibling modules under their lowest common parent (`crate::plan` from
@@ -450,4 +452,140 @@ fn the_reader_sees_references_and_circles() {
         Some(vec![m("a"), m("b"), m("a")])
     );
     assert_eq!(circle_through(&graph, &m("c")), None);
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The Markdown a reader follows links through: the README and `docs/*.md`.
+fn markdown_files() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    docs.insert(0, root().join("README.md"));
+    docs
+}
+
+/// A Markdown text's lines outside fenced code blocks.
+fn outside_fences(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// Every link target in a Markdown text (`[text](target)`, `![alt](target)`), code left out.
+fn link_targets(text: &str) -> Vec<String> {
+    let prose: String = outside_fences(text)
+        .iter()
+        .flat_map(|line| line.split('`').step_by(2).chain(["\n"]))
+        .collect();
+    prose
+        .match_indices("](")
+        .filter_map(|(i, _)| {
+            let rest = &prose[i + 2..];
+            Some(rest[..rest.find(')')?].trim().to_string())
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown text's headings, as GitHub makes them: lower case, punctuation
+/// dropped, spaces as hyphens, a repeated heading's anchor numbered (`-1`, `-2`).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut anchors = BTreeSet::new();
+    for line in outside_fences(text) {
+        let title = line.trim_start_matches('#');
+        if title.len() == line.len() || title.len() + 6 < line.len() || !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let count = seen.entry(slug.clone()).or_default();
+        anchors.insert(match *count {
+            0 => slug,
+            n => format!("{slug}-{n}"),
+        });
+        *count += 1;
+    }
+    anchors
+}
+
+#[test]
+fn every_relative_link_in_the_docs_leads_somewhere() {
+    let heading =
+        anchors("# Title\n```sh\n# a comment\n```\n### `speech-clap`: a step's plan\n## A\n## A");
+    assert_eq!(
+        heading,
+        BTreeSet::from(["title", "speech-clap-a-steps-plan", "a", "a-1"].map(String::from))
+    );
+    assert_eq!(
+        link_targets("[a](x.md#b) `[c](d)` ![e](f.png)\n```\n[g](h)\n```"),
+        ["x.md#b", "f.png"]
+    );
+    let mut broken = Vec::new();
+    let files = markdown_files();
+    assert!(files.len() > 5, "only {} Markdown files found", files.len());
+    for file in &files {
+        for target in link_targets(&read(file)) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let dest = match path {
+                "" => file.clone(),
+                path => file.parent().expect("a folder").join(path),
+            };
+            let name = file.strip_prefix(root()).unwrap_or(file).display();
+            if !dest.exists() {
+                broken.push(format!("{name}: {target} (no such file)"));
+            } else if !anchor.is_empty()
+                && dest.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&dest)).contains(anchor)
+            {
+                broken.push(format!("{name}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that lead nowhere: {broken:#?}");
+}
+
+/// CI runs the README's test command verbatim, so what the README promises is what is tested.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let readme = read(&root().join("README.md"));
+    let commands: Vec<&str> = readme.lines().map(str::trim).collect();
+    let main_job = "cargo run --release -p trainer-cli -- train --backend auto";
+    assert!(
+        commands.contains(&main_job),
+        "the README's first command: {main_job}"
+    );
+    let test = commands
+        .iter()
+        .find(|line| line.starts_with("cargo test"))
+        .expect("the README's test command");
+    assert_eq!(*test, "cargo test --workspace --release");
+    let ci = read(&root().join(".ci/run"));
+    assert!(
+        ci.lines().any(|line| line.trim() == *test),
+        ".ci/run does not run the README's test command `{test}`"
+    );
 }

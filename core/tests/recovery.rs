@@ -70,7 +70,7 @@ fn an_out_of_memory_step_is_redone_at_the_largest_micro_batch_that_fits_and_lose
 /// The same on wgpu, over Mesa's software Vulkan driver where there is no GPU: the budget is
 /// checked against the device pool there. With the small dcase-ae (about 30 KiB a frame
 /// stack there): the run is not planned, so the recovery first calibrates the run's kind of
-/// step, which for the default model took over three minutes of lavapipe (session 43) and
+/// step, which for the default model took over three minutes of lavapipe (2026-11-28) and
 /// for dcase-ae takes seconds. That the recovered run ends where a run split by choice ends
 /// is the training loop's doing, the same on every backend, and is checked on flex.
 ///

@@ -405,7 +405,7 @@ fn utterances_no_plan_holds_are_left_out_with_bad_files() {
         assert!(steps.iter().all(|s| s.mem_peak_bytes <= budget));
         // At this budget (about 22 MiB, where one utterance of the longest does not fit) a
         // micro-batch of a shape no dry-run measured may still run out: with the host kernels
-        // (session 25) the length model misses such small shapes by up to a tenth, and on a
+        // (2026-11-26) the length model misses such small shapes by up to a tenth, and on a
         // loaded machine the packing by predicted time picks other shapes (2 runs in 8 under
         // load recovered once, a step predicted at 20.5 MiB reaching 23). The recovery keeps
         // the step's utterances; a run free of recoveries is the first test's, at a budget
@@ -426,7 +426,7 @@ fn utterances_no_plan_holds_are_left_out_with_bad_files() {
 /// run (padded to the window) rather than ask the convolutions for a negative length, as a
 /// run left with only its short utterances once did in CI. Here, not among core's unit
 /// tests: a step's peak is the whole process's, and there a test beside it freeing its own
-/// memory left a step measured at 0 bytes (session 52).
+/// memory left a step measured at 0 bytes (2026-12-02).
 #[test]
 fn calibrating_on_short_utterances_measures_every_length() {
     let _alone = alone();

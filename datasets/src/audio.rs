@@ -168,7 +168,7 @@ pub fn resample(audio: &Audio, to: u32) -> Result<Audio, FileProblem> {
     let bad = |e: &dyn std::fmt::Display| FileProblem::Resample(e.to_string());
     // In f64, the log-mel frontend's FFT type: in f32 the resampler instantiated rustfft's
     // FFTs a second time, and this crate's release build took 77 s of CPU instead of 48
-    // (rustfft's code was 59% of its optimised IR; docs/BENCHMARKS.md, "CI", session 43).
+    // (rustfft's code was 59% of its optimised IR; docs/BENCHMARKS-HISTORY.md, "CI", 2026-11-28).
     let mut resampler = Fft::<f64>::new(
         audio.sample_rate as usize,
         to as usize,

@@ -1,4 +1,4 @@
-//! Speech recognition as a kind of training (issue 29): the recogniser of
+//! Speech recognition as a kind of training: the recogniser of
 //! [`crate::model::asr`] trained on utterances of every length, each a whole example (no
 //! patches), and measured by its character and word error rates. Its data is the built-in
 //! generated corpus (`headroom_datasets::speech::synthetic`) or recordings listed per split
@@ -256,7 +256,7 @@ impl BuiltIn for AsrConfig {
 /// Features for measuring steps: mean 0, variance 1 (four 16-bit uniform draws from one
 /// 64-bit word, summed and scaled), from a fast host generator. burn's normal draws (its
 /// ChaCha generator, one f64 sample per value) took about 12 ns a value, 9% of a step of 8
-/// utterances of 1,200 frames (session 25): time every dry-run, the calibration and
+/// utterances of 1,200 frames (2026-11-26): time every dry-run, the calibration and
 /// `trainer-cli bench` spent on input that is only measured. Each call draws from its own
 /// seed, in call order.
 fn measuring_features(len: usize) -> Vec<f32> {

@@ -351,9 +351,9 @@ fn int_rows(rows: &[Vec<usize>], width: usize, pad: usize, device: &Device) -> T
 /// allocation, so one convolution over a whole micro-batch (0.7 GiB at 32 x 1,100 frames of
 /// the large recogniser) makes pages of a GiB, each 8-12% of a step's footprint, and a run
 /// whose pool ends a page fuller than its fresh steps is that far off its plan (H100,
-/// session 33: -10.9%). In parts of at most this much, or of one utterance where one is
+/// 2026-11-27: -10.9%). In parts of at most this much, or of one utterance where one is
 /// more, the pages are a few percent of a step whatever the micro-batch (the large
-/// recogniser's: 58 MiB, one utterance of 2,947 frames, on session 34's H200).
+/// recogniser's: 58 MiB, one utterance of 2,947 frames, on an H200, 2026-11-27).
 fn subsampling_rows(length: usize, mels: usize, channels: usize) -> usize {
     const PART_BYTES: usize = 32 << 20;
     let once = |n: usize| n.saturating_sub(3) / 2 + 1;

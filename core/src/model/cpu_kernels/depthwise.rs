@@ -78,7 +78,7 @@ fn depthwise_forward(x: &FlexTensor, weight: &FlexTensor, plane: Plane) -> FlexT
     // Zeroed by the tasks that write it (`Unwritten`), not on this thread.
     let mut y = Unwritten::new(shape[0] * channels * small);
     // rayon's per-piece scratch, not `PerThread`'s: an item here is one plane, thousands a
-    // call, and a lock per item made an id-classifier step 2.4% slower (session 47, 12
+    // call, and a lock per item made an id-classifier step 2.4% slower (2026-11-29, 12
     // paired runs).
     y.par_chunks_mut(small.max(1)).enumerate().for_each_init(
         Scratch::default,

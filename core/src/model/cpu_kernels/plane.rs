@@ -187,7 +187,7 @@ impl Plane {
     /// to one split input, added to flat output rows, a pass over the whole output per tap
     /// (for the depthwise convolution: through [`Plane::filter_sum`]'s blocks the
     /// id-classifier's bench took 1.05x the wall time, medians of 8 and 12 alternated pairs,
-    /// `farm-bench --vs`, session 39).
+    /// `farm-bench --vs`, 2026-11-28).
     pub fn add_taps(&self, phases: &[f32], w: &[f32], flat: &mut [f32]) {
         let flat_len = self.flat_len();
         for (tap, &weight) in w.iter().enumerate() {
