@@ -1,4 +1,4 @@
-//! The speech recogniser on recordings (issue 29): a manifest and a LibriSpeech-layout folder
+//! The speech recogniser on recordings: a manifest and a LibriSpeech-layout folder
 //! of WAV files, a quarter of them at 8 kHz (resampled, and said so), a listed file that is
 //! missing (a clear error naming it, or with `--on-bad-file skip` left out and listed), and a
 //! test transcript with a character the train transcripts lack (counted as errors, said so).

@@ -1,4 +1,4 @@
-//! Micro-batches by length (issue 29): for examples of every length (utterances), a plan is
+//! Micro-batches by length: for examples of every length (utterances), a plan is
 //! a table of length buckets, each with the most examples a micro-batch of its lengths may
 //! hold. A step's examples, sorted by length, are packed into micro-batches by it, so short
 //! utterances go many at a time and long ones few, and every micro-batch fits. Data only:

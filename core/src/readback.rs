@@ -15,8 +15,8 @@ use burn::tensor::{Device, Tensor};
 /// codegen unit that awaits it and LLVM then inlines it into its caller's, so the step's
 /// body was compiled again inside each measurement and each kind of step. Boxed, each body
 /// is compiled once per task: headroom-core's optimised IR went from 2.19 to 1.57 million
-/// lines and its release build from 208 to 169 s of CPU (docs/BENCHMARKS.md, "CI", session
-/// 43); one allocation per step or micro-batch is nothing beside its tensors.
+/// lines and its release build from 208 to 169 s of CPU (docs/BENCHMARKS-HISTORY.md,
+/// "CI"); one allocation per step or micro-batch is nothing beside its tensors.
 pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// A read that failed: the device's error in its words (an allocation that failed surfaces

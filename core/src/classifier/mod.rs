@@ -1,4 +1,4 @@
-//! `spec-classifier`: tells the machine ID from a log-mel patch (issue 30, seed 000's second
+//! `spec-classifier`: tells the machine ID from a log-mel patch (seed 000's second
 //! network), with a small vision transformer over the patch's tiles or a plain CNN
 //! ([`networks`]), trained on real patches and, optionally, with a GAN's generated patches
 //! of each class mixed in at a set share.

@@ -1,4 +1,4 @@
-//! `speech-clap`: a contrastive model of utterances and their transcripts (issue 31, seed
+//! `speech-clap`: a contrastive model of utterances and their transcripts (seed
 //! 003's kind of training), CLAP-style: an audio tower over log-mel frames and a text tower
 //! over characters, projected to one space, trained with the symmetric InfoNCE loss and a
 //! learned temperature ([`retrieval`]), measured by retrieval recall both ways.

@@ -1,4 +1,4 @@
-//! A conditional spectrogram GAN as a kind of training (issue 30, seed 000): a generator
+//! A conditional spectrogram GAN as a kind of training (seed 000): a generator
 //! of log-mel patches per class (the machine ID of the built-in and DCASE data) and a
 //! discriminator, trained in two phases of each optimizer step, the discriminator's then
 //! the generator's, each planned with its own micro-batch and accumulation (`crate::plan`,

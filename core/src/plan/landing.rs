@@ -2,8 +2,8 @@
 //! memory model extrapolates from them, but a step's bytes per patch are not the same at
 //! every size: on flex the default model takes 1.9 MiB a patch between 4 and 16 patches and
 //! 2.4 MiB beyond 90, so a plan of 112 patches was predicted 14% under, and its first
-//! dry-run measured 296 MiB of a 256 MiB budget (issue 32; on a GPU that dry-run is a real
-//! allocation past the budget). Before the first dry-run of a plan far past the largest step
+//! dry-run measured 296 MiB of a 256 MiB budget (on a GPU that dry-run is a real allocation
+//! past the budget). Before the first dry-run of a plan far past the largest step
 //! measured, one step of three quarters of its micro-batch is measured and learnt: the
 //! dry-run's prediction is then a short step from a measurement, and a step that size stays
 //! inside the budget even when the extrapolation was a quarter under.

@@ -1,4 +1,4 @@
-//! The built-in speech recogniser (issue 29): an encoder-decoder transformer on log-mel
+//! The built-in speech recogniser: an encoder-decoder transformer on log-mel
 //! frames, as ESPnet's hybrid CTC/attention systems and seed 002's are. Two convolutions
 //! of stride 2 subsample the frames four times; a transformer encoder reads them; a CTC head
 //! on the encoder and an attention decoder over the characters are trained jointly (the
