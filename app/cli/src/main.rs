@@ -13,6 +13,7 @@ mod plan;
 mod probe;
 mod render;
 mod report;
+mod run_file;
 mod spec;
 mod train;
 mod what_if_calibration;
@@ -21,7 +22,6 @@ mod what_if_lengths;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::Parser;
 use headroom_core::BackendKind;
 use headroom_core::memory::alloc::CountingAllocator;
 use headroom_core::probe::isolate;
@@ -70,7 +70,7 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     device_panics::quiet();
-    let cli = args::Cli::parse();
+    let cli = args::parse();
     match cli.command.unwrap_or_default() {
         args::Command::Train(a) => train::run(*a),
         args::Command::Bench(a) => bench::run(a),

@@ -89,6 +89,11 @@ impl ProgressRenderer {
                 self.say(describe_dataset(d));
                 self.skipped = d.skipped.clone();
             }
+            Event::RunFile {
+                path,
+                config,
+                overridden,
+            } => self.say(describe_run_file(path, config.as_deref(), overridden)),
             Event::Config(info) => {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
@@ -206,6 +211,22 @@ pub fn describe_padding(padding: Padding) -> String {
         padding.padded_frames,
         padding.frames
     )
+}
+
+/// Where the run's settings were written and, for a run read from a run file, which flags
+/// given beside it won: `config a.toml; flags override: --steps, --lr; settings in ...`.
+fn describe_run_file(path: &str, config: Option<&str>, overridden: &[String]) -> String {
+    let Some(config) = config else {
+        return format!(
+            "Settings in {path}: `trainer-cli train --config {path}` trains this run again"
+        );
+    };
+    let flags = if overridden.is_empty() {
+        String::new()
+    } else {
+        format!("; flags override: {}", overridden.join(", "))
+    };
+    format!("config {config}{flags}; settings in {path}")
 }
 
 pub fn describe_dry_run(d: &DryRunReport) -> String {

@@ -7,7 +7,7 @@ use headroom_core::budget::Budget;
 use headroom_core::events::Event;
 use headroom_core::{BackendKind, RunOptions, Trainer};
 
-use crate::args::{Backend, Resolved, TrainArgs};
+use crate::args::{Backend, DeviceArg, Resolved, TrainArgs};
 use crate::flags::Flags;
 use crate::render::ProgressRenderer;
 
@@ -23,24 +23,28 @@ fn out_dir(args: &TrainArgs) -> PathBuf {
             .and_then(Path::parent)
             .map_or_else(|| dir.clone(), Path::to_path_buf),
         Some(dir) => dir.clone(),
-        None => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            PathBuf::from(format!("runs/run-{now}"))
-        }
+        None => PathBuf::from(format!("runs/run-{}", now())),
     }
+}
+
+/// Seconds since 1970, UTC.
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
     crate::set_threads(args.threads)?;
-    let spec = args.spec()?;
+    let request = args.request()?;
+    let spec = &request.spec;
     if args.resume.is_none() {
         // Before auto's quick benchmark: a setting of the other kind of dataset fails at once.
         spec.dataset()?;
     }
+    let out = out_dir(&args);
     let mut options = RunOptions {
-        out_dir: Some(out_dir(&args)),
+        out_dir: Some(out.clone()),
         stop_after: args.stop_after,
         loader: args.loader.options()?,
         // A plan by length packs by the timings the first run here measured, so that runs
@@ -58,8 +62,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
     };
     // Auto times the model --model names (else the default), the one a new run trains.
     let model = spec.model_name();
+    // Where the flags say, else the run file (--backend auto is no backend in the spec).
+    let backend = args.backend.or(spec.backend.map(Backend::from));
+    let device = match &spec.device {
+        Some(device) => Some(
+            device
+                .parse::<DeviceArg>()
+                .map_err(|words| anyhow::anyhow!("--device: {words}"))?,
+        ),
+        None => None,
+    };
     // A resumed run keeps its backend unless one is named.
-    let resolved: Option<Resolved> = match (args.backend, &args.device) {
+    let resolved: Option<Resolved> = match (backend, &device) {
         (Some(backend), Some(device)) if !device.accepts(backend) => anyhow::bail!(
             "--backend {} and --device {} disagree; give one of them",
             BackendKind::from(backend),
@@ -100,7 +114,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         (None, None) => BackendKind::Flex,
     };
     let budget = crate::budget::resolve(
-        &spec,
+        spec,
         budget_backend,
         resolved.as_ref().and_then(|r| r.device.as_ref()),
     )?;
@@ -124,7 +138,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         _ => {
             let config = spec.train_config(target.unwrap_or(BackendKind::Flex.into()))?;
-            Trainer::new(config, options).context("cannot start training")?
+            let trainer = Trainer::new(config.clone(), options).context("cannot start training")?;
+            // The run's settings as it trains, for `--config` to give back.
+            let text = crate::run_file::text(&spec.resolved(&config), now())?;
+            let path = crate::run_file::write(&out, &text)?;
+            emit(Event::RunFile {
+                path: path.display().to_string(),
+                config: request.config.as_ref().map(|c| c.display().to_string()),
+                overridden: request.overridden.clone(),
+            });
+            trainer
         }
     };
 

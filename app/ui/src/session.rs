@@ -143,6 +143,7 @@ impl Session {
             Event::Resumed { from, step, .. } => {
                 self.log.push(format!("resuming {from} at step {step}"))
             }
+            Event::RunFile { path, .. } => self.log.push(format!("settings in {path}")),
             Event::Budget { bytes, source } => {
                 self.budget = Some(*bytes);
                 self.log

@@ -33,6 +33,16 @@ pub enum Event {
         step: u64,
         changes: Vec<String>,
     },
+    /// The run's settings were written as a run file (`trainer-cli train`'s OUT/run.toml,
+    /// which it reads back): where, the run file the run was read from, if any, and the
+    /// settings given beside that one (in the front-end's words), which won over its own.
+    RunFile {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        config: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        overridden: Vec<String>,
+    },
     /// The run's configuration, once before the first step.
     Config(RunInfo),
     /// A step ran out of memory; the run shrank its micro-batch and redid the step.

@@ -5,7 +5,9 @@
 //! and, for a resumed run, what it may change ([`RunSpec::resume`]); the front-ends only
 //! collect input and word core's answers. `None` everywhere: the engine's default.
 
+pub mod file;
 mod models;
+mod resolved;
 mod resume;
 
 use std::path::PathBuf;
@@ -13,7 +15,6 @@ use std::path::PathBuf;
 use headroom_datasets::{FeatureSettings, PatchPlacement};
 use serde::{Deserialize, Serialize};
 
-use crate::Target;
 use crate::budget::BudgetSource;
 use crate::budget::simulated::{self, UnknownDevice};
 use crate::classifier::{ClassifierArch, ClassifierConfig};
@@ -26,6 +27,7 @@ use crate::precision::Precision;
 use crate::registry::info_of;
 use crate::setting::{Described, PlainWords, Setting, Wording};
 use crate::speech::{AsrConfig, AsrSize, SpeechFiles};
+use crate::{BackendKind, Target};
 
 /// The speech recogniser's name: the model its recordings and size settings are for.
 const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
@@ -35,12 +37,20 @@ const CONTRASTIVE: &str = <ContrastiveConfig as crate::model::NamedConfig>::NAME
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
-/// What a run is asked to be.
+/// What a run is asked to be. A run file (`trainer-cli train --config run.toml`, the desktop
+/// app's run files) is this in TOML: an unknown key is an error, not a setting left out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RunSpec {
     /// A built-in model's name (`registry::built_in`).
     pub model: Option<String>,
+    /// The backend asked for (`None`: Headroom chooses), as the user named it: the front-end
+    /// resolves it into the [`Target`] a run is given.
+    pub backend: Option<BackendKind>,
+    /// The device asked for, as `trainer-cli train --device` takes it: cpu, cuda, wgpu, or one
+    /// device as `trainer-cli probe` lists it (cuda:1, wgpu:0). Kept as given, so that a run
+    /// file re-runs on another machine.
+    pub device: Option<String>,
     pub data: DataSpec,
     pub split: SplitSpec,
     pub memory: MemorySpec,
@@ -65,7 +75,7 @@ pub struct RunSpec {
 
 /// A `spec-classifier` run's own settings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClassifierSpec {
     pub arch: Option<ClassifierArch>,
     /// A `spec-gan` run (its folder or one of its checkpoints) whose generator makes the
@@ -79,6 +89,8 @@ impl Default for RunSpec {
     fn default() -> Self {
         Self {
             model: None,
+            backend: None,
+            device: None,
             data: DataSpec::default(),
             split: SplitSpec::default(),
             memory: MemorySpec::default(),
@@ -100,7 +112,7 @@ impl Default for RunSpec {
 
 /// Where the clips come from: recordings under `root`, else the built-in dataset.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DataSpec {
     /// A folder in the DCASE layout.
     pub root: Option<PathBuf>,
@@ -124,7 +136,7 @@ pub struct DataSpec {
 
 /// How a step is split and its patches cut, where the user fixes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SplitSpec {
     pub micro_batch: Option<usize>,
     pub n_patches: Option<usize>,
@@ -135,7 +147,7 @@ pub struct SplitSpec {
 
 /// The planner's inputs beside the split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MemorySpec {
     pub budget: BudgetSpec,
     /// The share of the device's free memory a budget from free memory takes.
@@ -160,7 +172,7 @@ impl Default for MemorySpec {
 
 /// Where the memory budget comes from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum BudgetSpec {
     /// The training device's free memory x the fraction.
     #[default]

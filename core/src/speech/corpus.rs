@@ -19,6 +19,7 @@ use crate::train::TrainError;
 /// optional duration) or a folder in the LibriSpeech layout (`*.trans.txt` beside FLAC or
 /// WAV files).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SpeechFiles {
     pub train: PathBuf,
     /// `None`: every `validation_every_nth_clip`-th train utterance is held out instead.

@@ -76,6 +76,17 @@ impl From<Backend> for BackendKind {
     }
 }
 
+impl From<BackendKind> for Backend {
+    fn from(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Flex => Backend::Flex,
+            BackendKind::Ndarray => Backend::Ndarray,
+            BackendKind::Wgpu => Backend::Wgpu,
+            BackendKind::Cuda => Backend::Cuda,
+        }
+    }
+}
+
 /// The seeds' `--device`: `cpu`, `cuda`, `wgpu`, or one device as `trainer-cli probe` lists
 /// it (`cuda:1`, `wgpu:0`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,10 +5,11 @@ mod commands;
 mod device;
 mod train;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Parser, Subcommand};
 
 pub use commands::{BenchArgs, EvalArgs, FeaturesArgs, ModelsArgs, PlanArgs, ProbeArgs, SynthArgs};
-pub use device::{Backend, Resolved};
+pub use device::{Backend, DeviceArg, Resolved};
 pub use train::{DataArgs, MemoryArgs, SplitArgs, TrainArgs};
 
 #[derive(Parser, Debug)]
@@ -49,4 +50,37 @@ impl Default for Command {
     fn default() -> Self {
         Command::Train(Box::default())
     }
+}
+
+/// The ids of `command`'s arguments given on the command line (not their defaults, nor the
+/// groups clap makes of flattened flags).
+pub fn given(command: &clap::Command, matches: &ArgMatches) -> Vec<String> {
+    command
+        .get_arguments()
+        .map(|arg| arg.get_id().as_str())
+        .filter(|id| matches.value_source(id) == Some(ValueSource::CommandLine))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The command line parsed, a `train` command knowing which of its flags were given.
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] of `line`.
+pub fn parse_from<T: Into<std::ffi::OsString> + Clone>(line: impl IntoIterator<Item = T>) -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command();
+    let matches = command.clone().get_matches_from(line);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(Command::Train(train)) = &mut cli.command
+        && let (Some(matches), Some(command)) = (
+            matches.subcommand_matches("train"),
+            command.find_subcommand("train"),
+        )
+    {
+        train.given = given(command, matches);
+    }
+    cli
 }

@@ -27,6 +27,14 @@ impl From<Placement> for PatchPlacement {
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct TrainArgs {
+    /// A run file (TOML; every run writes its own as OUT/run.toml): its settings fill the
+    /// run's as these flags do, and flags given beside it win. An unknown key is an error.
+    #[arg(long, conflicts_with = "resume")]
+    pub config: Option<PathBuf>,
+    /// The flags given on the command line, by id: what beside --config overrides the file
+    /// (`args::parse` fills it from clap's matches).
+    #[arg(skip)]
+    pub given: Vec<String>,
     /// Backend to train on [default: auto] (ndarray is far slower than flex; see docs/BENCHMARKS.md).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,

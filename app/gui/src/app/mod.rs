@@ -31,6 +31,7 @@ mod plan_panel;
 mod planning;
 mod results_panel;
 mod run;
+pub mod run_file;
 mod training_panel;
 
 pub use choices::{BudgetChoice, Pin, Pins};
@@ -89,6 +90,9 @@ pub struct HeadroomApp {
     pub pins: Pins,
     pub effective_batch: usize,
     pub budget_choice: BudgetChoice,
+    /// The run file opened last (its length where it trains epochs): what the app has no
+    /// control for is taken from it for runs of its model (`run_file`).
+    base: headroom_core::spec::RunSpec,
     pub session: Session,
     control: Option<RunControl>,
     pub evaluation: Option<Evaluation>,
@@ -140,6 +144,7 @@ impl HeadroomApp {
             pins: Pins::default(),
             effective_batch: 32,
             budget_choice: BudgetChoice::FreeMemory,
+            base: Default::default(),
             session: Session::default(),
             control: None,
             evaluation: None,
@@ -245,6 +250,8 @@ impl HeadroomApp {
             ui.horizontal(|ui| {
                 ui.heading("Headroom");
                 ui.separator();
+                self.run_file_buttons(ui);
+                ui.separator();
                 ui.label(&self.status);
             });
         });
@@ -294,6 +301,10 @@ impl HeadroomApp {
                 .filter(|p| !p.as_os_str().is_empty())
         });
         if let Some(path) = dropped {
+            if path.extension().is_some_and(|e| e == "toml") {
+                self.open_run_file(&path);
+                return;
+            }
             let folder = if path.is_dir() {
                 path
             } else {

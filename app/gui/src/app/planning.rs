@@ -30,28 +30,59 @@ impl HeadroomApp {
             },
         };
         let fixed = self.pins.fixed();
+        // A run file's settings are its model's: another model trains with its defaults.
+        let base = if self.base.model_name() == self.model {
+            self.base.clone()
+        } else {
+            RunSpec::default()
+        };
+        let speech = self.speech_files().map(|files| match &base.data.speech {
+            // The file's validation and test recordings, with its train recordings.
+            Some(opened) if opened.train == files.train => opened.clone(),
+            _ => files,
+        });
+        let root = self.dataset.root.clone();
+        // The file's settings of its own source of clips, for that source.
+        let data = match (&root, &speech) {
+            (Some(_), _) if base.data.root == root => DataSpec {
+                speech: None,
+                machine_ids: None,
+                train_clips_per_id: None,
+                test_clips_per_id: None,
+                ..base.data.clone()
+            },
+            (None, None) if base.data.root.is_none() => DataSpec {
+                speech: None,
+                ..base.data.clone()
+            },
+            _ => DataSpec::default(),
+        };
         Ok(RunSpec {
             model: Some(self.model.clone()),
             data: DataSpec {
-                root: self.dataset.root.clone(),
-                speech: self.speech_files(),
-                ..DataSpec::default()
+                root,
+                speech,
+                ..data
             },
             split: SplitSpec {
                 micro_batch: fixed.micro_batch,
                 n_patches: fixed.n_patches,
                 accumulation: fixed.accumulation,
-                ..SplitSpec::default()
+                ..base.split
             },
             memory: MemorySpec {
                 budget,
                 effective_batch: Some(self.effective_batch),
                 checkpointing: fixed.checkpointing,
                 precision: fixed.precision,
-                ..MemorySpec::default()
+                ..base.memory.clone()
             },
-            length: Some(RunLength::Steps(self.settings.steps)),
-            ..RunSpec::default()
+            length: base.length.or(Some(RunLength::Steps(self.settings.steps))),
+            // The app plans; it trains on the device selected.
+            planner: true,
+            backend: None,
+            device: None,
+            ..base
         })
     }
 

@@ -40,11 +40,16 @@ impl HeadroomApp {
             }
             ui.label(format!("{state:?}"));
             ui.label("Steps");
-            ui.add_enabled(
-                !self.session.is_running(),
-                egui::DragValue::new(&mut self.settings.steps).range(1..=1_000_000),
-            )
-            .on_hover_text("Steps");
+            let steps = ui
+                .add_enabled(
+                    !self.session.is_running(),
+                    egui::DragValue::new(&mut self.settings.steps).range(1..=1_000_000),
+                )
+                .on_hover_text("Steps");
+            if steps.changed() {
+                // Steps set here replace a run file's epochs.
+                self.base.length = None;
+            }
         });
         let total = self.session.total_steps();
         if total > 0 {
