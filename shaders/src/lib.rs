@@ -10,6 +10,9 @@
 pub mod conv_gemm;
 pub mod nearest_code;
 
+/// burn's cubecl backend without fusion: the one the kernels here launch on.
+pub use burn_cubecl::CubeBackend;
+
 use burn_cubecl::cubecl::prelude::AddressType;
 use burn_cubecl::tensor::CubeTensor;
 

@@ -18,9 +18,13 @@ use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{Device, Tensor};
 use headroom_shaders::conv_gemm;
 
+use products::ProductKernels;
+
 use super::output_only::{
     Activation, Layer, LayerGradients, LayerKernels, WantedGradients, tracked,
 };
+
+mod products;
 
 #[backend_extension(Cube, Autodiff)]
 pub trait OutputOnlyLayers: burn::backend::Backend {
@@ -64,9 +68,9 @@ impl LayerKernels for Cube {
             // The ReLU in the same pass; a leaky one after it.
             let relu = activation == Activation::Relu;
             let y = match layer {
-                Layer::Conv(options) => conv_gemm::conv2d(x, weight, Some(bias), options, relu),
+                Layer::Conv(options) => Cube::products_conv(x, weight, bias, options.clone(), relu),
                 Layer::Transpose(options) => {
-                    conv_gemm::conv_transpose2d(x, weight, Some(bias), options, relu)
+                    Cube::products_conv_transpose(x, weight, bias, options.clone(), relu)
                 }
             };
             return match activation {
@@ -114,19 +118,48 @@ impl LayerKernels for Cube {
             let db = Cube::float_sum_dim(Cube::float_sum_dim(db, 2), 3);
             Cube::float_reshape(db, [channels].into())
         });
-        let gemm = conv_gemm::Wanted {
-            input: wanted.input,
-            weight: wanted.weight,
-        };
         let products = by_products(layer, &x, &weight);
         let (dx, dw) = match layer {
             Layer::Conv(options) if products => {
-                let g = conv_gemm::conv2d_gradients(x, weight, dy, options, gemm);
-                (g.input, g.weight)
+                let options = options.clone();
+                match (wanted.input, wanted.weight) {
+                    (true, true) => {
+                        let (dx, dw) = Cube::products_conv_gradients(x, weight, dy, options);
+                        (Some(dx), Some(dw))
+                    }
+                    (true, false) => (
+                        Some(Cube::products_conv_input_gradient(x, weight, dy, options)),
+                        None,
+                    ),
+                    (false, true) => (
+                        None,
+                        Some(Cube::products_conv_weight_gradient(x, weight, dy, options)),
+                    ),
+                    (false, false) => (None, None),
+                }
             }
             Layer::Transpose(options) if products => {
-                let g = conv_gemm::conv_transpose2d_gradients(x, weight, dy, options, gemm);
-                (g.input, g.weight)
+                let options = options.clone();
+                match (wanted.input, wanted.weight) {
+                    (true, true) => {
+                        let (dx, dw) =
+                            Cube::products_conv_transpose_gradients(x, weight, dy, options);
+                        (Some(dx), Some(dw))
+                    }
+                    (true, false) => (
+                        Some(Cube::products_conv_transpose_input_gradient(
+                            x, weight, dy, options,
+                        )),
+                        None,
+                    ),
+                    (false, true) => (
+                        None,
+                        Some(Cube::products_conv_transpose_weight_gradient(
+                            x, weight, dy, options,
+                        )),
+                    ),
+                    (false, false) => (None, None),
+                }
             }
             Layer::Conv(options) => (
                 wanted.input.then(|| {
@@ -155,7 +188,7 @@ impl LayerKernels for Cube {
 /// weight gradient 3% off burn's on lavapipe, 2026-12-07), so half precision keeps burn's
 /// kernels until the products accumulate in f32.
 fn by_products(layer: &Layer, x: &FloatTensor<Cube>, weight: &FloatTensor<Cube>) -> bool {
-    if x.dtype != burn::tensor::DType::F32 || weight.dtype != burn::tensor::DType::F32 {
+    if x.dtype() != burn::tensor::DType::F32 || weight.dtype() != burn::tensor::DType::F32 {
         return false;
     }
     let channels_in = x.shape()[1];

@@ -260,6 +260,23 @@ pub fn conv_transpose2d_gradients(
     }
 }
 
+/// The shape of [`conv2d`]'s output for an input of shape `x` and a weight of `weight`'s:
+/// what fusion is told before the layer runs.
+pub fn conv2d_shape(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Shape {
+    let window = Window::convolution(x[1], [x[2], x[3]], [weight[2], weight[3]], options);
+    Shape::from([x[0], weight[0], window.positions[0], window.positions[1]])
+}
+
+/// The shape of [`conv_transpose2d`]'s output (ungrouped: `weight` `[in, out, kh, kw]`).
+pub fn conv_transpose2d_shape(
+    x: &Shape,
+    weight: &Shape,
+    options: &ConvTransposeOptions<2>,
+) -> Shape {
+    let window = Window::transposed(weight[1], [x[2], x[3]], [weight[2], weight[3]], options);
+    Shape::from([x[0], weight[1], window.image[0], window.image[1]])
+}
+
 /// `conv2d(x, weight) + bias` (`x` `[n, in, h, w]`, `weight` `[out, in, kh, kw]`), then the
 /// ReLU when `relu`; ungrouped.
 pub fn conv2d(

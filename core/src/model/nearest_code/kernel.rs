@@ -7,18 +7,24 @@
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+#[cfg(feature = "fusion")]
+use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::ops::IntTensorOps;
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Cube, backend_extension};
+#[cfg(feature = "fusion")]
+use burn::tensor::Shape;
 use burn::tensor::{Int, IntDType, Tensor};
+use headroom_shaders::CubeBackend;
 use headroom_shaders::nearest_code::nearest_code;
 
 pub(super) use headroom_shaders::nearest_code::nearest_code_fits as fits;
 
-#[backend_extension(Cube, Autodiff)]
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait NearestCode: burn::backend::Backend {
     /// `[positions]` indices into `codebook` (`[codes, dim]`) for `latents`
     /// (`[positions, dim]`), as `out_dtype`.
+    #[fusion(meta = codes_spec)]
     fn nearest_code(
         latents: FloatTensor<Self>,
         codebook: FloatTensor<Self>,
@@ -36,13 +42,21 @@ pub(super) fn nearest_codes(latents: Tensor<2>, codebook: Tensor<2>) -> Tensor<1
     Tensor::from_dispatch(codes)
 }
 
-impl NearestCode for Cube {
+/// One code per latent position, of the asked integer type.
+#[cfg(feature = "fusion")]
+fn codes_spec(latents: &TensorSpec, _codebook: &TensorSpec, out_dtype: &IntDType) -> TensorSpec {
+    TensorSpec::new(Shape::from([latents.shape[0]]), (*out_dtype).into())
+}
+
+// On burn's cubecl backend without fusion; with fusion on, `backend_extension` queues this
+// in the fusion stream.
+impl NearestCode for CubeBackend {
     fn nearest_code(
-        latents: FloatTensor<Cube>,
-        codebook: FloatTensor<Cube>,
+        latents: FloatTensor<CubeBackend>,
+        codebook: FloatTensor<CubeBackend>,
         out_dtype: IntDType,
-    ) -> IntTensor<Cube> {
-        Cube::int_cast(nearest_code(latents, codebook), out_dtype)
+    ) -> IntTensor<CubeBackend> {
+        CubeBackend::int_cast(nearest_code(latents, codebook), out_dtype)
     }
 }
 
