@@ -129,3 +129,23 @@ fn the_sizes_hold_the_parameters_they_should() {
         "the seed's size: {seed} parameters"
     );
 }
+
+/// On ndarray, which has no FFT in burn, the layer convolves directly, and gives what
+/// flex's FFT gives.
+#[test]
+fn ndarray_convolves_directly_as_flex_does_by_fft() {
+    use super::s4d::{causal_convolution, has_fft};
+    let flex = cpu(2);
+    let ndarray = BackendKind::Ndarray.device().unwrap();
+    assert!(has_fft(&flex) && !has_fft(&ndarray));
+    let u = Tensor::<3>::random([1, 2, 50], Distribution::Normal(0.0, 1.0), &flex);
+    let kernel = Tensor::<2>::random([2, 50], Distribution::Normal(0.0, 0.3), &flex);
+    let by_fft = causal_convolution(u.clone(), kernel.clone());
+    let direct = causal_convolution(
+        Tensor::from_data(u.into_data(), &ndarray),
+        Tensor::from_data(kernel.into_data(), &ndarray),
+    );
+    let direct = Tensor::<3>::from_data(direct.into_data(), &flex);
+    let diff = largest_difference(by_fft, direct);
+    assert!(diff < 1e-4, "{diff}");
+}
