@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use s4d::S4d;
 
 /// The quantisation levels of the samples (8 bits).
-pub const LEVELS: usize = 256;
+pub use headroom_datasets::waveform::LEVELS;
 
 /// The level fed before the first sample: the middle one, silence in mu-law.
 pub const START_LEVEL: i64 = (LEVELS / 2) as i64;
