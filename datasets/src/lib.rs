@@ -19,6 +19,7 @@ pub mod spectrogram;
 pub mod speech;
 pub mod store;
 pub mod synthetic;
+pub mod waveform;
 
 pub use clip::{ClipInfo, LoadedFile, Origin};
 pub use error::{FileError, FileProblem};

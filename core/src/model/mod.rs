@@ -21,6 +21,7 @@ pub mod nearest_code;
 #[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
 mod output_only;
 mod params;
+pub mod sashimi;
 pub mod vq_patch_ae;
 
 pub use api::{
