@@ -2,10 +2,12 @@
 //! dataset's index and checking its files, calibrating the planner, training. Results come
 //! back as [`Message`]s on one channel; the UI thread drains it every frame.
 
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use eframe::egui;
 use headroom_core::auto;
@@ -20,6 +22,7 @@ use headroom_datasets::dcase;
 use headroom_datasets::{ClipReader, FeatureSettings, Prefetch, SyntheticConfig, SyntheticDataset};
 
 use crate::dataset::DatasetSummary;
+use crate::pacer::RepaintPacer;
 
 pub enum Message {
     Probed(Box<(MachineReport, auto::Choice)>),
@@ -36,22 +39,65 @@ pub enum Message {
     TrainingEnded(Result<(), String>),
 }
 
-/// Sends messages and wakes the UI for each.
+impl Message {
+    /// Whether the window shows this at once: everything but a step's figures and a file
+    /// check's findings, which come in bursts and are shown at a bounded rate (`pacer`).
+    pub fn urgent(&self) -> bool {
+        !matches!(
+            self,
+            Message::Event(
+                Event::Step(_)
+                    | Event::MemoryCleanup { .. }
+                    | Event::Epoch { .. }
+                    | Event::Picture(_)
+            ) | Message::BadFile(_)
+        )
+    }
+}
+
+/// Sends messages and wakes the UI for them: at once for a change of what the app is doing,
+/// at most once a [`crate::pacer::STEP_INTERVAL`] for step events.
 #[derive(Clone)]
 pub struct Outbox {
     sender: Sender<Message>,
     ctx: egui::Context,
+    pacer: Arc<Mutex<RepaintPacer>>,
 }
 
 impl Outbox {
     pub fn new(sender: Sender<Message>, ctx: egui::Context) -> Self {
-        Self { sender, ctx }
+        Self {
+            sender,
+            ctx,
+            pacer: Default::default(),
+        }
+    }
+
+    fn pacer(&self) -> MutexGuard<'_, RepaintPacer> {
+        // The pacer holds two instants: one a panic left behind is as good as any.
+        self.pacer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn send(&self, message: Message) {
+        let urgent = message.urgent();
         // The app closed: nobody is left to tell.
         let _ = self.sender.send(message);
-        self.ctx.request_repaint();
+        let delay = self.pacer().arrived(Instant::now(), urgent);
+        match delay {
+            Some(Duration::ZERO) => self.ctx.request_repaint(),
+            Some(delay) => self.ctx.request_repaint_after(delay),
+            None => {}
+        }
+    }
+
+    /// Repaints for step events at most once `interval` (`pacer::interval_for`).
+    pub fn set_interval(&self, interval: Duration) {
+        self.pacer().set_interval(interval);
+    }
+
+    /// The window drew a frame: what was sent before it is shown.
+    pub fn painted(&self) {
+        self.pacer().painted(Instant::now());
     }
 }
 
@@ -124,8 +170,16 @@ pub struct RunControl {
     pub pause: Arc<AtomicBool>,
 }
 
-/// Trains, then scores the test split, on a thread of its own.
-pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, control: RunControl) {
+/// Trains, then scores the test split, on a thread of its own. With `events_file`, every
+/// event is also written there as a JSON line, as `trainer-cli train --json` prints them
+/// (`trainer-gui --events FILE`, which bench/gui_vs_cli reads).
+pub fn train(
+    outbox: Outbox,
+    config: TrainConfig,
+    mut options: RunOptions,
+    control: RunControl,
+    events_file: Option<PathBuf>,
+) {
     options.stop = Some(control.stop);
     options.pause = Some(control.pause);
     std::thread::spawn(move || {
@@ -133,9 +187,27 @@ pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, contr
         // each of a step's parallel ops would wake a worker and sleep until it finished
         // (as trainer-cli, whose main thread is one of the pool's; docs/BENCHMARKS.md).
         let result = rayon::scope(|_| -> Result<(), String> {
+            let mut file = match &events_file {
+                Some(path) => Some(std::io::LineWriter::new(
+                    std::fs::File::create(path)
+                        .map_err(|e| format!("cannot write events to {}: {e}", path.display()))?,
+                )),
+                None => None,
+            };
             let mut trainer = Trainer::new(config, options).map_err(|e| e.to_string())?;
             let events = outbox.clone();
-            let mut sink = move |event: Event| events.send(Message::Event(event));
+            let mut sink = move |event: Event| {
+                if let Some(f) = &mut file {
+                    let written = serde_json::to_string(&event)
+                        .map_err(std::io::Error::other)
+                        .and_then(|line| writeln!(f, "{line}"));
+                    if let Err(e) = written {
+                        tracing::warn!("events file: {e}; no more events written");
+                        file = None;
+                    }
+                }
+                events.send(Message::Event(event))
+            };
             trainer.run(&mut sink).map_err(|e| e.to_string())?;
             let evaluation = trainer.evaluate().map_err(|e| e.to_string())?;
             outbox.send(Message::Event(evaluation.event()));
@@ -144,4 +216,24 @@ pub fn train(outbox: Outbox, config: TrainConfig, mut options: RunOptions, contr
         });
         outbox.send(Message::TrainingEnded(result));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_comes_in_bursts_is_paced_and_a_change_of_state_is_not() {
+        assert!(!Message::Event(Event::MemoryCleanup { step: 3 }).urgent());
+        assert!(!Message::BadFile("a.wav: truncated".into()).urgent());
+        assert!(Message::TrainingEnded(Ok(())).urgent());
+        assert!(Message::FilesChecked { checked: 4 }.urgent());
+        assert!(
+            Message::Event(Event::Checkpoint {
+                step: 3,
+                path: "c".into()
+            })
+            .urgent()
+        );
+    }
 }

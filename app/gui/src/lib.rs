@@ -4,7 +4,9 @@
 
 pub mod app;
 pub mod dataset;
+pub mod draw_cost;
 pub mod jobs;
+pub mod pacer;
 
 // Shared with the web page (headroom-ui); here under their old paths.
 pub use headroom_ui::{memory_bar, session};

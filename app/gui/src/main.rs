@@ -17,7 +17,7 @@ fn has_display() -> bool {
 }
 
 const USAGE: &str = "usage: trainer-gui [--data-root DIR] [--speech-train MANIFEST_OR_FOLDER] \
-                     [--steps N] [--runs DIR] [--start]";
+                     [--config RUN_FILE] [--steps N] [--runs DIR] [--events FILE] [--start]";
 
 /// The few flags the app takes: what to open, how long to train, and whether to start.
 fn settings_from_args() -> anyhow::Result<Settings> {
@@ -33,8 +33,11 @@ fn settings_from_args() -> anyhow::Result<Settings> {
             "--data-root" => settings.data_root = Some(value("--data-root")?.into()),
             "--speech-train" => settings.speech_train = Some(value("--speech-train")?.into()),
             "--runs" => settings.runs_dir = value("--runs")?.into(),
+            "--config" => settings.run_file = Some(value("--config")?.into()),
+            "--events" => settings.events_file = Some(value("--events")?.into()),
             "--steps" => {
                 let text = value("--steps")?;
+                settings.steps_given = true;
                 settings.steps = text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
                     anyhow::anyhow!("--steps takes a positive number (got {text:?})")
                 })?;

@@ -2,7 +2,8 @@
 //! (headroom-web): [`session`] folds core's events into a run as the app sees it, with no egui
 //! in it; [`memory_bar`] draws device memory against the budget, [`loss_plot`] the loss
 //! curves, [`results_table`] the anomaly scores, [`picture_view`] what a run draws (a GAN's
-//! generated spectrograms), [`event_log`] the run's events in words.
+//! generated spectrograms), [`event_log`] the run's events in words; [`thin`] thins long curves
+//! for drawing.
 
 pub mod event_log;
 pub mod loss_plot;
@@ -10,3 +11,4 @@ pub mod memory_bar;
 pub mod picture_view;
 pub mod results_table;
 pub mod session;
+pub mod thin;

@@ -17,11 +17,19 @@ const VALIDATION_COLOR: Color32 = Color32::from_rgb(240, 130, 30);
 
 /// Draws the session's loss curves, `height` points tall.
 pub fn show(ui: &mut egui::Ui, session: &Session, height: f32) {
-    let losses = LossPlot::new(&session.loss, &session.validation);
+    let mut losses = LossPlot::new(&session.loss, &session.validation);
+    // Drawn with a few points a pixel, however many steps (crate::thin).
+    let max = crate::thin::budget(ui.available_width());
+    losses.train = crate::thin::thin(&losses.train, max);
     let phases: Vec<(&str, Vec<[f64; 2]>)> = session
         .phase_losses
         .iter()
-        .map(|(name, points)| (name.as_str(), losses.plotted(points)))
+        .map(|(name, points)| {
+            (
+                name.as_str(),
+                crate::thin::thin(&losses.plotted(points), max),
+            )
+        })
         .collect();
     let log_scale = losses.log_scale;
     let plot = egui_plot::Plot::new("loss")

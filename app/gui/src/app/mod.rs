@@ -51,6 +51,13 @@ pub struct Settings {
     /// The speech recogniser's train recordings to open at launch (`trainer-gui
     /// --speech-train PATH`: a manifest or a LibriSpeech-layout folder).
     pub speech_train: Option<PathBuf>,
+    /// A run file to open at launch (`trainer-gui --config FILE`), as *Open run file...*.
+    pub run_file: Option<PathBuf>,
+    /// `steps` was given (`--steps N`): it wins over the run file's length.
+    pub steps_given: bool,
+    /// Where a run writes its events as JSON lines (`trainer-gui --events FILE`), as
+    /// `trainer-cli train --json` prints them.
+    pub events_file: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -62,6 +69,9 @@ impl Default for Settings {
             autostart: false,
             data_root: None,
             speech_train: None,
+            run_file: None,
+            steps_given: false,
+            events_file: None,
         }
     }
 }
@@ -104,6 +114,8 @@ pub struct HeadroomApp {
     picture: headroom_ui::picture_view::PictureView,
     /// [`Self::plan`] as of this frame.
     frame_plan: Option<Result<(Plan, Breakdown), String>>,
+    /// The CPU time drawing the window takes from the run (the training panel's line).
+    draw_cost: crate::draw_cost::DrawCost,
 }
 
 /// The machine's RAM, read at most once a second.
@@ -157,6 +169,7 @@ impl HeadroomApp {
             picture: Default::default(),
             close_after_stop: false,
             frame_plan: None,
+            draw_cost: Default::default(),
             status: "Probing the machine...".into(),
             settings,
         };
@@ -166,6 +179,14 @@ impl HeadroomApp {
         }
         if let Some(root) = app.settings.data_root.clone() {
             app.open_dataset(root);
+        }
+        if let Some(path) = app.settings.run_file.clone() {
+            let steps = app.settings.steps;
+            app.open_run_file(&path);
+            if app.settings.steps_given {
+                app.settings.steps = steps;
+                app.base.length = None;
+            }
         }
         app
     }
@@ -235,15 +256,27 @@ impl HeadroomApp {
 
     /// One frame of the whole app.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.outbox.painted();
         self.drain();
+        let ctx = ui.ctx().clone();
+        // Hidden or minimised: the messages are taken in, nothing is drawn, and the next frame
+        // comes with the next message or the window's return (docs/GUI.md).
+        let hidden = ctx.input(|i| {
+            let viewport = i.viewport();
+            viewport.minimized == Some(true) || viewport.occluded == Some(true)
+        });
+        if hidden {
+            self.handle_close(&ctx);
+            return;
+        }
         self.read_host_memory();
+        self.read_draw_cost();
         // The planner's search runs once a frame; the panels read this.
         self.frame_plan = self.plan();
         if self.settings.autostart && matches!(self.frame_plan, Some(Ok(_))) {
             self.settings.autostart = false;
             self.start();
         }
-        let ctx = ui.ctx().clone();
         self.handle_drops(&ctx);
         self.handle_close(&ctx);
         egui::Panel::top("status").show(ui, |ui| {
@@ -284,11 +317,12 @@ impl HeadroomApp {
         if self.close_after_stop && self.control.is_none() {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
         }
-        if self.session.is_running()
-            || self.calibrating.is_some()
-            || self.dataset.checking.is_some()
-        {
+        // Steps repaint the window as they come (jobs::Outbox, at a bounded rate); while a run
+        // goes on, a frame every 2 s keeps its ETA moving between slow steps.
+        if self.calibrating.is_some() || self.dataset.checking.is_some() {
             ctx.request_repaint_after(Duration::from_millis(200));
+        } else if self.session.is_running() {
+            ctx.request_repaint_after(Duration::from_secs(2));
         }
     }
 

@@ -74,7 +74,14 @@ impl HeadroomApp {
         });
         self.evaluation = None;
         let control = RunControl::default();
-        jobs::train(self.outbox.clone(), config, options, control.clone());
+        self.draw_cost.reset();
+        jobs::train(
+            self.outbox.clone(),
+            config,
+            options,
+            control.clone(),
+            self.settings.events_file.clone(),
+        );
         self.control = Some(control);
         self.status = "Planning and checking the plan with a dry-run step...".into();
     }
@@ -157,6 +164,26 @@ impl HeadroomApp {
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the window's CPU time against the run's steps (at most every couple of seconds).
+    pub(super) fn read_draw_cost(&mut self) {
+        if self.session.state != RunState::Training {
+            return;
+        }
+        self.draw_cost.frame();
+        let now = Instant::now();
+        if !self.draw_cost.due(now) {
+            return;
+        }
+        let Some(cpu_s) = crate::draw_cost::window_cpu_seconds() else {
+            return;
+        };
+        let read = self.draw_cost.read(now, cpu_s, self.session.step());
+        // A costly frame (drawn in software) is drawn less often while training.
+        if let Some(frame) = self.draw_cost.per_frame().filter(|_| read) {
+            self.outbox.set_interval(crate::pacer::interval_for(frame));
         }
     }
 

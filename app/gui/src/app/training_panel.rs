@@ -63,17 +63,21 @@ impl HeadroomApp {
                     .text(format!("step {step}/{total} - {eta}")),
             );
         }
+        if self.session.state == RunState::Training
+            && let Some(line) = self.draw_cost.line()
+        {
+            ui.label(RichText::new(line).color(Color32::from_rgb(200, 140, 0)));
+        }
         ui.columns(2, |columns| {
             headroom_ui::loss_plot::show(&mut columns[0], &self.session, 180.0);
+            let max = headroom_ui::thin::budget(columns[1].available_width());
+            let throughput = headroom_ui::thin::thin(&self.session.throughput, max);
             egui_plot::Plot::new("throughput")
                 .height(180.0)
                 .legend(egui_plot::Legend::default())
                 .x_axis_label("step")
                 .show(&mut columns[1], |plot| {
-                    plot.line(egui_plot::Line::new(
-                        "patches/s",
-                        self.session.throughput.clone(),
-                    ));
+                    plot.line(egui_plot::Line::new("patches/s", throughput));
                 });
         });
     }
