@@ -167,11 +167,10 @@ impl HeadroomApp {
         }
     }
 
-    /// Reads the window's CPU time against the run's steps (at most every couple of seconds).
+    /// Reads the window's CPU time against its frames and the run's steps (at most every
+    /// couple of seconds). Frames before a run (probing, calibrating) set the cost of a frame,
+    /// so that the run's first seconds are paced as the rest.
     pub(super) fn read_draw_cost(&mut self) {
-        if self.session.state != RunState::Training {
-            return;
-        }
         self.draw_cost.frame();
         let now = Instant::now();
         if !self.draw_cost.due(now) {
