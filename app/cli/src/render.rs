@@ -98,7 +98,7 @@ impl ProgressRenderer {
                 self.progress.set_length(info.total_steps);
                 self.progress.set_position(info.start_step);
                 // The summary repeats the split and, for a contrastive run, the negatives each
-                // pair saw (issue 31).
+                // pair saw.
                 self.effective_batch = Some(split_and_negatives(info));
                 self.say(describe_run(info));
             }

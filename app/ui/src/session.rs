@@ -318,8 +318,8 @@ impl Session {
                 };
                 self.log
                     .push(format!("training {how} at step {step} in {elapsed_s:.1} s"));
-                // The summary says again what the split changed in the loss (issue 31: the
-                // negatives each pair saw).
+                // The summary says again what the split changed in the loss (for a contrastive
+                // run, the negatives each pair saw).
                 let words = self.info.as_ref().and_then(|i| i.step_words.clone());
                 self.log.extend(words);
                 if let Some(padding) = self.padding.filter(|p| p.padded_frames > 0) {
