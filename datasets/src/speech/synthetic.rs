@@ -116,13 +116,8 @@ impl SpeechConfig {
     /// Every utterance of the corpus, by split, with its transcript and speaker.
     pub fn keys(&self) -> Vec<SpeechKey> {
         let lexicon = self.lexicon();
-        let splits = [
-            (SpeechSplit::Train, self.train, 1u64),
-            (SpeechSplit::Validation, self.validation, 2),
-            (SpeechSplit::Test, self.test, 3),
-        ];
         let mut keys = Vec::new();
-        for (split, count, salt) in splits {
+        for (split, count, salt) in splits(self.train, self.validation, self.test) {
             let mut rng = ChaCha8Rng::seed_from_u64(self.seed.wrapping_mul(31) ^ salt);
             for index in 0..count {
                 // Lognormal word count: most utterances a few words, a tail of long ones.
@@ -183,6 +178,20 @@ impl SpeechConfig {
         };
         (audio, segments)
     }
+}
+
+/// The splits with their sizes, each with the salt of its own random stream (a split's
+/// keys do not move when another split's size does).
+pub(crate) fn splits(
+    train: usize,
+    validation: usize,
+    test: usize,
+) -> [(SpeechSplit, usize, u64); 3] {
+    [
+        (SpeechSplit::Train, train, 1),
+        (SpeechSplit::Validation, validation, 2),
+        (SpeechSplit::Test, test, 3),
+    ]
 }
 
 /// Where one letter (or, as `' '`, a pause) of an utterance lies, in samples.

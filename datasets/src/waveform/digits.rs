@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::speech::synthetic::{SpeechConfig, SpeechKey, SpeechSplit};
+use crate::speech::synthetic::{SpeechConfig, SpeechKey, splits};
 
 /// The ten words, spelt in the generator's letters.
 pub const DIGITS: [&str; 10] = [
@@ -52,13 +52,8 @@ impl DigitsConfig {
 
     /// Every clip's key: its split, index, voice and word.
     pub fn keys(&self) -> Vec<SpeechKey> {
-        let splits = [
-            (SpeechSplit::Train, self.train, 1u64),
-            (SpeechSplit::Validation, self.validation, 2),
-            (SpeechSplit::Test, self.test, 3),
-        ];
         let mut keys = Vec::new();
-        for (split, count, salt) in splits {
+        for (split, count, salt) in splits(self.train, self.validation, self.test) {
             let mut rng = ChaCha8Rng::seed_from_u64(self.seed.wrapping_mul(131) ^ salt);
             for index in 0..count {
                 keys.push(SpeechKey {
