@@ -35,6 +35,7 @@ pub mod split;
 pub mod step;
 pub mod task;
 pub mod train;
+pub mod waveform;
 
 pub use backend::{BackendError, BackendKind, DeviceTarget, Target};
 pub use events::{Event, EventSink};

@@ -48,6 +48,10 @@ pub enum Setting {
     AsrSize,
     /// The GAN's preset size.
     GanSize,
+    /// The SaShiMi model's preset size.
+    SashimiSize,
+    /// A waveform model's crop, in samples.
+    SampleLen,
     /// The classifier's network.
     ClassifierArch,
     /// The GAN run whose generator a classifier mixes patches from.
@@ -103,6 +107,8 @@ impl Setting {
             Setting::SpeechTrain => "the speech recordings",
             Setting::AsrSize => "the recogniser's size",
             Setting::GanSize => "the GAN's size",
+            Setting::SashimiSize => "the SaShiMi model's size",
+            Setting::SampleLen => "the crop's length in samples",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",
             Setting::GeneratedShare => "the share of generated patches",

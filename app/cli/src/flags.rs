@@ -42,6 +42,8 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::SpeechTrain => "--speech-train",
         Setting::AsrSize => "--asr-size",
         Setting::GanSize => "--gan-size",
+        Setting::SashimiSize => "--sashimi-size",
+        Setting::SampleLen => "--sample-len",
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",
         Setting::GeneratedShare => "--generated-share",

@@ -89,7 +89,7 @@ pub fn text(resolved: &RunSpec, unix_secs: u64) -> Result<String> {
 
 /// The order a run file lists the top-level settings in (the rest follow, sorted): what the
 /// run trains, then how, then its tables.
-const ORDER: [&str; 18] = [
+const ORDER: [&str; 19] = [
     "model",
     "asr_size",
     "gan_size",
@@ -108,6 +108,7 @@ const ORDER: [&str; 18] = [
     "split",
     "memory",
     "classifier",
+    "sashimi",
 ];
 
 /// `spec` as a TOML document: the settings in [`ORDER`], a table of one value (the run's
@@ -248,6 +249,10 @@ mod tests {
                 generated_share: Some(0.3),
             },
             negatives: Some(headroom_core::contrastive::Negatives::MicroBatch),
+            sashimi: headroom_core::spec::SashimiSpec {
+                size: Some(headroom_core::waveform::SashimiSize::Seed),
+                sample_len: Some(131_072),
+            },
         }
     }
 

@@ -71,6 +71,7 @@ impl TrainArgs {
             gan_size: self.gan_size.map(Into::into),
             classifier: self.classifier.spec(),
             negatives: self.classifier.negatives.map(Into::into),
+            sashimi: self.sashimi.spec(),
             data: data(&self.data, self.machine_ids, self.train_clips_per_id),
             split: SplitSpec {
                 stride: self.stride,
@@ -104,6 +105,7 @@ impl PlanArgs {
             gan_size: self.gan_size.map(Into::into),
             classifier: self.classifier.spec(),
             negatives: self.classifier.negatives.map(Into::into),
+            sashimi: self.sashimi.spec(),
             ..RunSpec::default()
         })
     }
@@ -179,6 +181,8 @@ fn take(id: &str, flags: &RunSpec, into: &mut RunSpec) -> bool {
         "generator" => into.classifier.generator = flags.classifier.generator.clone(),
         "generated_share" => into.classifier.generated_share = flags.classifier.generated_share,
         "negatives" => into.negatives = flags.negatives,
+        "sashimi_size" => into.sashimi.size = flags.sashimi.size,
+        "sample_len" => into.sashimi.sample_len = flags.sashimi.sample_len,
         "batch_size" => into.split.micro_batch = flags.split.micro_batch,
         "n_patches" => into.split.n_patches = flags.split.n_patches,
         "gradient_accumulation_steps" => into.split.accumulation = flags.split.accumulation,

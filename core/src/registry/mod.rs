@@ -20,6 +20,7 @@ use crate::model::{
 };
 use crate::speech::AsrConfig;
 pub use crate::train::BuiltIn;
+use crate::waveform::SashimiConfig;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use by_name::{evaluate_checkpoint, plan_only};
@@ -61,6 +62,7 @@ built_in_tasks![
     GanConfig,
     ClassifierConfig,
     ContrastiveConfig,
+    SashimiConfig,
 ];
 
 /// Runs `action` with the built-in task `spec` names, its saved configuration read.

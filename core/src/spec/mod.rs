@@ -34,6 +34,7 @@ const RECOGNISER: &str = <AsrConfig as crate::model::NamedConfig>::NAME;
 const GAN: &str = <GanConfig as crate::model::NamedConfig>::NAME;
 const CLASSIFIER: &str = <ClassifierConfig as crate::model::NamedConfig>::NAME;
 const CONTRASTIVE: &str = <ContrastiveConfig as crate::model::NamedConfig>::NAME;
+const SASHIMI: &str = <crate::waveform::SashimiConfig as crate::model::NamedConfig>::NAME;
 
 pub use resume::{Change, Refusal, ResumeError, Resumed};
 
@@ -71,6 +72,17 @@ pub struct RunSpec {
     pub classifier: ClassifierSpec,
     /// A contrastive model's negatives.
     pub negatives: Option<Negatives>,
+    /// The SaShiMi model's size and crop.
+    pub sashimi: SashimiSpec,
+}
+
+/// A `sashimi` run's own settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SashimiSpec {
+    pub size: Option<crate::waveform::SashimiSize>,
+    /// Samples in one example.
+    pub sample_len: Option<usize>,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -106,6 +118,7 @@ impl Default for RunSpec {
             gan_size: None,
             classifier: ClassifierSpec::default(),
             negatives: None,
+            sashimi: SashimiSpec::default(),
         }
     }
 }
@@ -218,6 +231,13 @@ pub enum SpecError {
     },
     /// The negatives of a contrastive model for another model.
     ForContrastive(String),
+    /// A setting of the SaShiMi model's (its size, its crop) for another model.
+    ForSashimi {
+        setting: Setting,
+        model: String,
+    },
+    /// A crop the network cannot pool: the reason, with the nearest lengths it can.
+    SampleLen(String),
     /// A share of generated patches without a generator, or outside (0, 1].
     GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
@@ -285,6 +305,15 @@ impl Described for SpecError {
                 words.given(Setting::Model, CONTRASTIVE),
                 words.given(Setting::Model, model)
             ),
+            SpecError::ForSashimi { setting, model } => format!(
+                "{} is for {}; {} does not take it",
+                words.setting(*setting),
+                words.given(Setting::Model, SASHIMI),
+                words.given(Setting::Model, model)
+            ),
+            SpecError::SampleLen(reason) => {
+                format!("{}: {reason}", words.setting(Setting::SampleLen))
+            }
             SpecError::GeneratedShare(None) => format!(
                 "{} needs {}, the spec-gan run whose generator makes the patches",
                 words.setting(Setting::GeneratedShare),
@@ -411,6 +440,7 @@ impl RunSpec {
             self.negatives_into(&mut c)?;
         }
         self.recogniser_into(&mut c)?;
+        self.sashimi_into(&mut c)?;
         let split = &self.split;
         given(&mut c.micro_batch, split.micro_batch);
         given(&mut c.n_patches, split.n_patches);
@@ -434,13 +464,15 @@ impl RunSpec {
     /// what a plan made without a run (a what-if, a plan without a dry-run) is for.
     pub fn sized<T: crate::train::BuiltIn>(&self, model: T) -> Result<T, SpecError> {
         let c = &self.classifier;
-        if self.gan_size.is_none() && c.arch.is_none() && c.generator.is_none() {
+        let sashimi = self.sashimi.size.is_some() || self.sashimi.sample_len.is_some();
+        if self.gan_size.is_none() && c.arch.is_none() && c.generator.is_none() && !sashimi {
             return Ok(model);
         }
         let mut c = TrainConfig::default();
         model.configure(&mut c);
         self.gan_into(&mut c)?;
         self.classifier_into(&mut c)?;
+        self.sashimi_into(&mut c)?;
         Ok(c.model.config()?)
     }
 

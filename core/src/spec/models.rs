@@ -8,7 +8,9 @@ use crate::contrastive::ContrastiveConfig;
 use crate::setting::Setting;
 use crate::speech::AsrConfig;
 
-use super::{CLASSIFIER, CONTRASTIVE, RECOGNISER, RunSpec, SpecError, given};
+use crate::waveform::SashimiConfig;
+
+use super::{CLASSIFIER, CONTRASTIVE, RECOGNISER, RunSpec, SASHIMI, SpecError, given};
 
 impl RunSpec {
     /// Gives `c`'s contrastive model the negatives asked for; only it takes them.
@@ -115,6 +117,33 @@ impl RunSpec {
         if let Some(size) = self.asr_size {
             task.shape = size.shape();
         }
+        c.model = crate::model::ModelSpec::of(&task);
+        Ok(())
+    }
+
+    /// Gives `c`'s SaShiMi model the size and crop asked for; only it takes them. A crop
+    /// the network cannot pool is refused here, before any data is made.
+    pub(super) fn sashimi_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
+        let asked = &self.sashimi;
+        let given_first = [
+            (Setting::SashimiSize, asked.size.is_some()),
+            (Setting::SampleLen, asked.sample_len.is_some()),
+        ];
+        let Some(&(first, _)) = given_first.iter().find(|(_, given)| *given) else {
+            return Ok(());
+        };
+        if self.model_name() != SASHIMI {
+            return Err(SpecError::ForSashimi {
+                setting: first,
+                model: self.model_name().to_string(),
+            });
+        }
+        let mut task: SashimiConfig = c.model.config()?;
+        if let Some(size) = asked.size {
+            task.shape = size.shape();
+        }
+        given(&mut task.sample_len, asked.sample_len);
+        task.check_sample_len().map_err(SpecError::SampleLen)?;
         c.model = crate::model::ModelSpec::of(&task);
         Ok(())
     }

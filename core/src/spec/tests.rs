@@ -540,3 +540,43 @@ mod resuming {
         );
     }
 }
+
+#[test]
+fn the_sashimi_model_takes_its_size_and_crop_and_no_other_model_does() {
+    use crate::spec::SashimiSpec;
+    use crate::waveform::{SashimiConfig, SashimiSize};
+    let asked = |model: Option<&str>, size, sample_len| RunSpec {
+        model: model.map(String::from),
+        sashimi: SashimiSpec { size, sample_len },
+        ..RunSpec::default()
+    };
+    let spec = asked(Some("sashimi"), Some(SashimiSize::Seed), Some(131_072));
+    let config = spec.train_config(flex()).unwrap();
+    let task: SashimiConfig = config.model.config().unwrap();
+    assert_eq!(task.shape, SashimiSize::Seed.shape());
+    assert_eq!(task.sample_len, 131_072);
+    // A plan made without a run (a what-if) is for the same model.
+    assert_eq!(spec.sized(SashimiConfig::default()).unwrap(), task);
+    let uneven = asked(Some("sashimi"), None, Some(1_000))
+        .train_config(flex())
+        .unwrap_err();
+    assert!(
+        uneven
+            .to_string()
+            .contains("the crop's length in samples: a crop of 1000"),
+        "{uneven}"
+    );
+    for model in [None, Some("asr-transformer")] {
+        let other = asked(model, None, Some(16_000)).train_config(flex());
+        assert!(
+            matches!(
+                other,
+                Err(SpecError::ForSashimi {
+                    setting: Setting::SampleLen,
+                    ..
+                })
+            ),
+            "{model:?}: {other:?}"
+        );
+    }
+}

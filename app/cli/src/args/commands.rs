@@ -89,6 +89,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub classifier: super::train::ClassifierArgs,
     #[command(flatten)]
+    pub sashimi: super::train::SashimiArgs,
+    #[command(flatten)]
     pub memory: MemoryArgs,
     #[command(flatten)]
     pub split: SplitArgs,

@@ -53,6 +53,8 @@ pub struct TrainArgs {
     pub gan_size: Option<GanSizeArg>,
     #[command(flatten)]
     pub classifier: ClassifierArgs,
+    #[command(flatten)]
+    pub sashimi: SashimiArgs,
     /// Where to train, as the seed documents say it: cpu, cuda or wgpu, or one device as
     /// `trainer-cli probe` lists it (cuda:1, wgpu:0).
     #[arg(long)]
@@ -273,6 +275,45 @@ impl From<GanSizeArg> for headroom_core::gan::GanSize {
             GanSizeArg::Small => GanSize::Small,
             GanSizeArg::Seed => GanSize::Seed,
             GanSizeArg::Seed96 => GanSize::Seed96,
+        }
+    }
+}
+
+/// The SaShiMi model's own settings (with --model sashimi).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SashimiArgs {
+    /// The SaShiMi model's size (with --model sashimi): seed is seed 004's d_model 64, 8
+    /// layers, pool [4, 4] [default: small].
+    #[arg(long, value_enum)]
+    pub sashimi_size: Option<SashimiSizeArg>,
+    /// Samples in one example of a waveform model (with --model sashimi), a multiple of 16:
+    /// the seed's 16000, 128000 or 131072 [default: 16000].
+    #[arg(long)]
+    pub sample_len: Option<usize>,
+}
+
+impl SashimiArgs {
+    pub fn spec(&self) -> headroom_core::spec::SashimiSpec {
+        headroom_core::spec::SashimiSpec {
+            size: self.sashimi_size.map(Into::into),
+            sample_len: self.sample_len,
+        }
+    }
+}
+
+/// The SaShiMi model's presets, as `--sashimi-size` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SashimiSizeArg {
+    Small,
+    Seed,
+}
+
+impl From<SashimiSizeArg> for headroom_core::waveform::SashimiSize {
+    fn from(size: SashimiSizeArg) -> Self {
+        use headroom_core::waveform::SashimiSize;
+        match size {
+            SashimiSizeArg::Small => SashimiSize::Small,
+            SashimiSizeArg::Seed => SashimiSize::Seed,
         }
     }
 }

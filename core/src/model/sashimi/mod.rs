@@ -7,8 +7,7 @@
 //! up-pooling shifts its output one pooled step late, so that no position sees a sample
 //! at or after its own. An embedding of the levels in, a 256-way categorical head out.
 //!
-//! The network alone: it is not yet a `--model` of trainer-cli (no waveform data, plan or
-//! task yet).
+//! The network; `crate::waveform` trains it as the `sashimi` model.
 
 pub mod s4d;
 #[cfg(test)]
@@ -29,8 +28,8 @@ pub use headroom_datasets::waveform::LEVELS;
 pub const START_LEVEL: i64 = (LEVELS / 2) as i64;
 
 /// The network's sizes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SashimiConfig {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SashimiShape {
     /// Channels at the finest resolution.
     pub d_model: usize,
     /// Residual pairs (an S4D block and a feed-forward block) at each resolution.
@@ -43,7 +42,7 @@ pub struct SashimiConfig {
     pub d_state: usize,
 }
 
-impl SashimiConfig {
+impl SashimiShape {
     /// Small enough to train in a minute on the CPU.
     pub fn small() -> Self {
         Self {
@@ -69,6 +68,31 @@ impl SashimiConfig {
     /// A crop's length must be a multiple of this (every pooling divides it exactly).
     pub fn length_multiple(&self) -> usize {
         self.pool.iter().product()
+    }
+
+    /// Trainable values, as [`Sashimi`]'s modules hold them: what a plan counts without
+    /// building the network.
+    pub fn parameters(&self) -> u64 {
+        let linear = |i: usize, o: usize| (i * o + o) as u64;
+        let norm = |h: usize| 2 * h as u64;
+        let modes = (self.d_state / 2).max(1);
+        let blocks = |h: usize| {
+            let s4 = norm(h) + (h * (2 + 4 * modes)) as u64 + linear(h, h);
+            let feed_forward = norm(h) + linear(h, h * self.expand) + linear(h * self.expand, h);
+            self.n_layers as u64 * (s4 + feed_forward)
+        };
+        let mut total = (LEVELS * self.d_model) as u64 + norm(self.d_model);
+        total += linear(self.d_model, LEVELS) + blocks(self.d_model);
+        let mut h = self.d_model;
+        for &factor in &self.pool {
+            total += linear(h * factor, h * self.expand);
+            h *= self.expand;
+            total += linear(h, h / self.expand * factor);
+            // Each resolution has one set of blocks: the coarsest the centre's, the others
+            // an up stage's.
+            total += blocks(h);
+        }
+        total
     }
 
     pub fn init(&self, device: &Device) -> Sashimi {
@@ -259,10 +283,6 @@ impl Sashimi {
         let log_probs = log_softmax(self.forward(inputs), 2);
         let picked = log_probs.gather(2, levels.reshape([batch, length, 1]));
         picked.mean().neg()
-    }
-
-    pub fn num_params(&self) -> usize {
-        Module::num_params(self)
     }
 }
 

@@ -1,8 +1,9 @@
+use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Int, Tensor};
 
 use super::s4d::{direct_convolution, fft_convolution};
-use super::{LEVELS, SashimiConfig, shifted_inputs};
+use super::{LEVELS, SashimiShape, shifted_inputs};
 use crate::backend::BackendKind;
 use crate::checkpoint::new_optimizer;
 
@@ -57,7 +58,7 @@ fn the_fft_convolution_equals_the_direct_one_with_its_gradients() {
 #[test]
 fn no_output_sees_a_level_fed_after_it() {
     let device = cpu(5);
-    let network = SashimiConfig::small().init(&device);
+    let network = SashimiShape::small().init(&device);
     let length = 128;
     let inputs = Tensor::<2, Int>::random([1, length], Distribution::Uniform(0.0, 256.0), &device);
     let at = 70;
@@ -95,7 +96,7 @@ fn each_position_is_fed_the_level_before_it() {
 #[test]
 fn the_nll_falls_as_the_network_fits_a_crop() {
     let device = cpu(7);
-    let mut network = SashimiConfig::small().init(&device);
+    let mut network = SashimiShape::small().init(&device);
     // A repeating ramp: predictable from the levels before.
     let levels: Vec<i64> = (0..256).map(|i| (i * 8 % 256) as i64).collect();
     let levels = Tensor::<1, Int>::from_ints(levels.as_slice(), &device).reshape([1, 256]);
@@ -121,9 +122,11 @@ fn the_nll_falls_as_the_network_fits_a_crop() {
 #[test]
 fn the_sizes_hold_the_parameters_they_should() {
     let device = cpu(1);
-    let small = SashimiConfig::small().init(&device).num_params();
-    let seed = SashimiConfig::seed().init(&device).num_params();
+    let small = SashimiShape::small().init(&device).num_params();
+    let seed = SashimiShape::seed().init(&device).num_params();
     assert!(small < 500_000, "small: {small}");
+    assert_eq!(SashimiShape::small().parameters(), small as u64);
+    assert_eq!(SashimiShape::seed().parameters(), seed as u64);
     assert!(
         (3_900_000..4_500_000).contains(&seed),
         "the seed's size: {seed} parameters"

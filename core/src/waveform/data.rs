@@ -1,0 +1,266 @@
+//! The waveform task's data: each split's clips made (the built-in spoken digits), quantised
+//! to 8-bit levels and laid end to end, then cut into crops of the run's `sample_len`; the
+//! train stream of shuffled epochs of crops; and what the loop measures on the held-out
+//! splits (NLL in bits per sample).
+
+use burn::module::Module;
+use burn::tensor::Device;
+use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
+use headroom_datasets::waveform::Quantizer;
+
+use super::{SashimiConfig, levels_tensor};
+use crate::config::TrainConfig;
+use crate::data::{EpochOrder, LoaderOptions, Normalization};
+use crate::events::{DatasetReport, Results, ResultsRow};
+use crate::model::sashimi::Sashimi;
+use crate::readback::{self, LocalFuture};
+use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
+
+/// One split: its clips' keys and, once made, their levels end to end.
+pub(super) struct Split {
+    keys: Vec<SpeechKey>,
+    pub(super) levels: Vec<u8>,
+}
+
+pub struct WaveformData {
+    config: SashimiConfig,
+    pub(super) train: Split,
+    validation: Split,
+    test: Split,
+    order: EpochOrder,
+    seed: u64,
+}
+
+impl WaveformData {
+    /// The levels of `keys`' clips end to end.
+    fn make(config: &SashimiConfig, keys: &[SpeechKey]) -> Vec<u8> {
+        let clip = |key: &SpeechKey| config.quantizer.levels(&config.digits.clip(key));
+        // Two halves on two threads: making the audio is most of the work. A web page's
+        // WebAssembly has one thread.
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let (first, second) = keys.split_at(keys.len() / 2);
+            let make = |keys: &[SpeechKey]| keys.iter().flat_map(clip).collect::<Vec<u8>>();
+            let (mut levels, later) = std::thread::scope(|scope| {
+                let first = scope.spawn(|| make(first));
+                let later = make(second);
+                (
+                    first
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    later,
+                )
+            });
+            levels.extend(later);
+            levels
+        }
+        #[cfg(target_arch = "wasm32")]
+        keys.iter().flat_map(clip).collect()
+    }
+
+    /// Whole crops in `split`.
+    fn crops(&self, split: &Split) -> usize {
+        split.levels.len() / self.config.sample_len.max(1)
+    }
+
+    /// The mean NLL in bits per sample over `split`'s crops, `batches.examples` at a time.
+    async fn bits(
+        &self,
+        network: &Sashimi,
+        split: &Split,
+        device: &Device,
+        batches: &EvalBatches,
+    ) -> Result<f64, TrainError> {
+        let len = self.config.sample_len;
+        let crops = self.crops(split);
+        let at_once = batches.examples.max(1);
+        let (mut sum, mut first) = (0.0, 0);
+        while first < crops {
+            let count = at_once.min(crops - first);
+            let levels = &split.levels[first * len..(first + count) * len];
+            let nll = network.nll(levels_tensor(levels, count, device));
+            sum += f64::from(readback::scalar(nll).await?) * count as f64;
+            first += count;
+        }
+        Ok(sum / crops.max(1) as f64 / std::f64::consts::LN_2)
+    }
+}
+
+impl TaskData for WaveformData {
+    type Batch = burn::tensor::Tensor<2, burn::tensor::Int>;
+
+    /// Makes the train and validation clips; refuses a train split shorter than one crop.
+    fn check(&mut self) -> Result<(), TrainError> {
+        self.config.check_sample_len().map_err(TrainError::Task)?;
+        for split in [&mut self.train, &mut self.validation] {
+            split.levels = Self::make(&self.config, &split.keys);
+        }
+        let crops = self.crops(&self.train);
+        if crops == 0 {
+            return Err(TrainError::Task(format!(
+                "the train split holds {} samples, fewer than one crop of {}: ask for a \
+                 shorter crop or more train clips",
+                self.train.levels.len(),
+                self.config.sample_len
+            )));
+        }
+        self.order = EpochOrder::new(self.seed, crops);
+        Ok(())
+    }
+
+    fn train_examples(&self) -> usize {
+        self.crops(&self.train)
+    }
+
+    fn validation_examples(&self) -> usize {
+        self.crops(&self.validation)
+    }
+
+    fn test_examples(&self) -> usize {
+        self.config.digits.clip_samples * self.test.keys.len() / self.config.sample_len.max(1)
+    }
+
+    /// Stream positions are epochs of the train crops, each shuffled by the seed and its
+    /// number ([`EpochOrder`]).
+    fn micro_batch(
+        &mut self,
+        first: u64,
+        count: usize,
+        device: &Device,
+    ) -> Result<Self::Batch, TrainError> {
+        let len = self.config.sample_len;
+        if self.crops(&self.train) == 0 {
+            return Err(TrainError::Task(
+                "the train clips were not made before training".into(),
+            ));
+        }
+        let mut levels = Vec::with_capacity(count * len);
+        for position in first..first + count as u64 {
+            let crop = self.order.slot(position);
+            levels.extend_from_slice(&self.train.levels[crop * len..(crop + 1) * len]);
+        }
+        Ok(levels_tensor(&levels, count, device))
+    }
+
+    /// Levels are not standardised: the network embeds them.
+    fn normalization(&self) -> Normalization {
+        Normalization {
+            mean: 0.0,
+            std: 1.0,
+        }
+    }
+
+    fn keep_normalization(&mut self, _: Normalization) {}
+
+    fn report(&self, _: &TrainConfig, loader: &LoaderOptions) -> DatasetReport {
+        let digits = &self.config.digits;
+        DatasetReport {
+            source: format!(
+                "generated spoken digits ({} voices, seed {}, {} clips of {} samples at {} Hz, \
+                 {} 8-bit), each split's clips end to end in crops of {} samples",
+                digits.voices,
+                digits.seed,
+                self.train.keys.len() + self.validation.keys.len() + self.test.keys.len(),
+                digits.clip_samples,
+                digits.sample_rate,
+                match self.config.quantizer {
+                    Quantizer::MuLaw => "mu-law",
+                    Quantizer::Linear => "linear",
+                },
+                self.config.sample_len
+            ),
+            machine_types: Vec::new(),
+            train_clips: self.train_examples(),
+            validation_clips: self.validation_examples(),
+            test_clips: self.test_examples(),
+            resident: true,
+            host_memory_bytes: loader.host_memory_bytes,
+            skipped: Vec::new(),
+        }
+    }
+}
+
+impl RunTask for SashimiConfig {
+    type Data = WaveformData;
+
+    fn open(
+        self,
+        config: &TrainConfig,
+        _: &LoaderOptions,
+    ) -> Result<(Self, WaveformData), TrainError> {
+        self.check_sample_len().map_err(TrainError::Task)?;
+        let keys = self.digits.keys();
+        let [train, validation, test] = [
+            SpeechSplit::Train,
+            SpeechSplit::Validation,
+            SpeechSplit::Test,
+        ]
+        .map(|split| Split {
+            keys: keys.iter().filter(|k| k.split == split).cloned().collect(),
+            levels: Vec::new(),
+        });
+        let data = WaveformData {
+            config: self.clone(),
+            train,
+            validation,
+            test,
+            order: EpochOrder::new(config.seed, 1),
+            seed: config.seed,
+        };
+        Ok((self, data))
+    }
+
+    fn validation_loss<'a>(
+        &'a self,
+        network: &'a Sashimi,
+        data: &'a WaveformData,
+        device: &'a Device,
+        batches: &'a EvalBatches,
+    ) -> LocalFuture<'a, Result<f64, TrainError>> {
+        Box::pin(async move {
+            data.bits(&network.valid(), &data.validation, device, batches)
+                .await
+        })
+    }
+
+    /// NLL in bits per sample on the validation and test splits.
+    fn evaluate<'a>(
+        &'a self,
+        network: &'a Sashimi,
+        data: &'a WaveformData,
+        device: &'a Device,
+        batches: &'a EvalBatches,
+        skipped: Vec<String>,
+    ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
+        Box::pin(async move {
+            let network = network.valid();
+            let test = Split {
+                levels: WaveformData::make(&data.config, &data.test.keys),
+                keys: Vec::new(),
+            };
+            let mut rows = Vec::new();
+            for (label, split) in [("validation", &data.validation), ("test", &test)] {
+                let crops = data.crops(split);
+                if crops == 0 {
+                    continue;
+                }
+                rows.push(ResultsRow {
+                    label: label.into(),
+                    examples: crops,
+                    values: vec![data.bits(&network, split, device, batches).await?],
+                });
+            }
+            Ok(Evaluation::Results(Results {
+                about: format!(
+                    "negative log-likelihood of each sample given the samples before it in its \
+                     crop of {} (the first given the middle level), in bits: log2 of 256 \
+                     levels is 8 bits for a uniform guess",
+                    self.sample_len
+                ),
+                measures: vec!["NLL (bits/sample)".into()],
+                rows,
+                skipped,
+            }))
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! Raw audio as a kind of training: the SaShiMi-style network of [`crate::model::sashimi`]
+//! trained autoregressively on 8-bit levels of waveforms (seed 004's system), each example a
+//! crop of `sample_len` samples, measured by its negative log-likelihood in bits per sample.
+//! Its data is the built-in spoken digits (`headroom_datasets::waveform::digits`, SC09's
+//! kind), each split's clips end to end cut into crops ([`data`]).
+//!
+//! A crop is one example: the planner moves the crops per micro-batch and the accumulation
+//! as for any other task, and a step's memory grows with the crop's length.
+
+mod data;
+#[cfg(test)]
+mod tests;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use headroom_datasets::waveform::{DigitsConfig, Quantizer};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::config::TrainConfig;
+use crate::model::StepLoss;
+use crate::model::sashimi::{LEVELS, Sashimi, SashimiShape};
+use crate::model::{AnalyticStep, DefaultBatch, ModelInfo, ModelSpec, NamedConfig, PatchShape};
+use crate::precision::Precision;
+use crate::task::{StepContext, TrainingTask};
+use crate::train::BuiltIn;
+
+pub use data::WaveformData;
+
+/// The network's presets by name: `seed` is seed 004's d_model 64, 8 layers, pool [4, 4]
+/// (SaShiMi's SC09 model), `small` the CPU default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SashimiSize {
+    Small,
+    Seed,
+}
+
+impl SashimiSize {
+    pub fn shape(self) -> SashimiShape {
+        match self {
+            SashimiSize::Small => SashimiShape::small(),
+            SashimiSize::Seed => SashimiShape::seed(),
+        }
+    }
+}
+
+/// A SaShiMi run: the network's sizes, the crop, how samples become levels, and the data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SashimiConfig {
+    pub shape: SashimiShape,
+    /// Samples in one example: a multiple of the poolings' product
+    /// ([`SashimiShape::length_multiple`]).
+    pub sample_len: usize,
+    pub quantizer: Quantizer,
+    /// The built-in spoken digits.
+    pub digits: DigitsConfig,
+}
+
+impl Default for SashimiConfig {
+    fn default() -> Self {
+        Self {
+            shape: SashimiShape::small(),
+            sample_len: DEFAULT_SAMPLE_LEN,
+            quantizer: Quantizer::MuLaw,
+            digits: DigitsConfig::default(),
+        }
+    }
+}
+
+/// A second of audio at 16 kHz, SC09's clip and the seed's shortest `sample_len`.
+pub const DEFAULT_SAMPLE_LEN: usize = 16_000;
+
+impl NamedConfig for SashimiConfig {
+    const NAME: &'static str = "sashimi";
+}
+
+impl SashimiConfig {
+    /// Refuses a crop the network cannot pool exactly, naming the nearest lengths it can.
+    pub fn check_sample_len(&self) -> Result<(), String> {
+        let multiple = self.shape.length_multiple();
+        let len = self.sample_len;
+        if len >= multiple && len.is_multiple_of(multiple) {
+            return Ok(());
+        }
+        let below = len / multiple * multiple;
+        let above = below + multiple;
+        Err(format!(
+            "a crop of {len} samples cannot be pooled by factors {:?}: its length must be a \
+             multiple of {multiple} (the nearest are {}{above})",
+            self.shape.pool,
+            if below > 0 {
+                format!("{below} and ")
+            } else {
+                String::new()
+            },
+        ))
+    }
+}
+
+/// Levels as the network takes them, `[crops, sample_len]`, from crops of 8-bit levels laid
+/// end to end.
+pub(crate) fn levels_tensor(levels: &[u8], crops: usize, device: &Device) -> Tensor<2, Int> {
+    let values: Vec<i64> = levels.iter().map(|&l| i64::from(l)).collect();
+    let len = values.len() / crops.max(1);
+    Tensor::from_data(TensorData::new(values, [crops, len]), device)
+}
+
+impl TrainingTask for SashimiConfig {
+    type Networks = Sashimi;
+    type Batch = Tensor<2, Int>;
+
+    fn phases(&self) -> &'static [&'static str] {
+        &["sashimi"]
+    }
+
+    fn cut_into_patches(&self) -> bool {
+        false
+    }
+
+    /// f32 throughout: the network does not compute in half precision yet.
+    fn mixed_precision(&self) -> bool {
+        false
+    }
+
+    fn networks(&self, device: &Device) -> Sashimi {
+        self.shape.init(device)
+    }
+
+    fn examples_in(&self, batch: &Tensor<2, Int>) -> usize {
+        batch.dims()[0]
+    }
+
+    /// Levels drawn from a fast host generator: a step's memory does not depend on them.
+    fn measuring_batch(&self, examples: usize, device: &Device) -> Tensor<2, Int> {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ examples as u64;
+        let levels: Vec<u8> = (0..examples * self.sample_len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (state >> 56) as u8
+            })
+            .collect();
+        levels_tensor(&levels, examples, device)
+    }
+
+    /// Bits per sample, the field's measure, differentiated and reported: the validation
+    /// and test figures are in the same unit.
+    fn loss(&self, network: &Sashimi, _: usize, batch: Tensor<2, Int>, _: StepContext) -> StepLoss {
+        let bits = network.nll(batch).div_scalar(std::f64::consts::LN_2);
+        StepLoss {
+            reported: bits.clone(),
+            total: bits,
+        }
+    }
+
+    fn parameters(&self) -> u64 {
+        self.shape.parameters()
+    }
+
+    /// Per sample of a crop: at each resolution, what a residual pair keeps (the norm's
+    /// output, the S4D layer's FFT buffers at twice the length, the feed-forward's widened
+    /// activations), and at the head the logits and their log-softmax. A rough account for
+    /// the plan's breakdown; calibration measures the real one.
+    fn step_memory(&self, _: BackendKind, _: Precision, examples: usize) -> AnalyticStep {
+        let shape = &self.shape;
+        // Values kept per channel and position by one residual pair: about 14 for the S4D
+        // block (its FFT's padded input, spectra and product among them), 3 + 2 x expand
+        // for the feed-forward one.
+        let pair = (17 + 2 * shape.expand) as f64;
+        let (mut channels, mut positions) = (shape.d_model as f64, 1.0f64);
+        let mut per_sample = 0.0;
+        for level in 0..=shape.pool.len() {
+            per_sample += shape.n_layers as f64 * pair * channels * positions;
+            if let Some(&factor) = shape.pool.get(level) {
+                positions /= factor as f64;
+                channels *= shape.expand as f64;
+            }
+        }
+        let per_sample = per_sample.ceil() as u64;
+        let head = 3 * LEVELS as u64;
+        AnalyticStep {
+            parameters: 4 * self.parameters(),
+            activations: examples as u64 * self.sample_len as u64 * 4 * (per_sample + head),
+            data: examples as u64 * self.sample_len as u64 * 8,
+        }
+    }
+}
+
+impl BuiltIn for SashimiConfig {
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            name: Self::NAME,
+            summary: "SaShiMi-style autoregressive model of raw 8-bit audio (S4D layers in a \
+                      pooling U-Net), on crops of the waveform, scored by NLL in bits per sample",
+            parameters: self.parameters(),
+            // One channel of samples, a crop long.
+            input: PatchShape {
+                mels: 1,
+                frames: self.sample_len,
+            },
+            default_batch: self.default_batch(),
+        }
+    }
+
+    fn default_batch(&self) -> DefaultBatch {
+        DefaultBatch {
+            spectrograms: 4,
+            patches: 1,
+        }
+    }
+
+    fn configure(&self, config: &mut TrainConfig) {
+        config.micro_batch = 4;
+        config.n_patches = 1;
+        config.accumulation = 1;
+        config.step_clips = None;
+        config.model = ModelSpec::of(self);
+    }
+}

@@ -1,0 +1,163 @@
+//! The waveform task trains, resumes and reports bits per sample through the engine's one
+//! loop, its examples crops of the splits' audio.
+
+use burn::tensor::Int;
+use headroom_datasets::waveform::DigitsConfig;
+
+use super::*;
+use crate::events::Event;
+use crate::train::{Evaluation, RunOptions, RunTask, TaskData, TaskTrainer};
+use crate::{RunLength, TrainConfig};
+
+/// A few clips, cut into short crops.
+fn task() -> SashimiConfig {
+    SashimiConfig {
+        sample_len: 2_048,
+        digits: DigitsConfig {
+            train: 12,
+            validation: 2,
+            test: 2,
+            ..DigitsConfig::default()
+        },
+        ..SashimiConfig::default()
+    }
+}
+
+fn config(steps: u64) -> TrainConfig {
+    let mut config = TrainConfig {
+        length: RunLength::Steps(steps),
+        validate_every: 0,
+        checkpoint_every: 0,
+        ..TrainConfig::default()
+    };
+    task().configure(&mut config);
+    config
+}
+
+fn levels(batch: Tensor<2, Int>) -> Vec<i64> {
+    batch
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap()
+}
+
+/// An epoch draws every crop of the train clips once, each the clips' samples end to end
+/// from its place, in an order the seed fixes: a second data of the same seed draws the
+/// same.
+#[test]
+fn an_epoch_draws_every_crop_of_the_clips_once() {
+    let device = BackendKind::Flex.device().unwrap();
+    let open = || {
+        let (_, mut data) = task()
+            .open(&config(1), &Default::default())
+            .expect("opened");
+        data.check().expect("made");
+        data
+    };
+    let (mut data, mut again) = (open(), open());
+    let crops = data.train_examples();
+    assert_eq!(crops, 12 * 16_000 / 2_048);
+    let stream: Vec<i64> = data.train.levels.iter().map(|&l| i64::from(l)).collect();
+    // As multisets: crops of silence between the words are alike.
+    let mut drawn: Vec<Vec<i64>> = (0..crops as u64)
+        .map(|position| levels(data.micro_batch(position, 1, &device).unwrap()))
+        .collect();
+    let mut every: Vec<Vec<i64>> = stream.chunks_exact(2_048).map(<[i64]>::to_vec).collect();
+    assert_ne!(drawn, every, "the epoch is shuffled");
+    drawn.sort();
+    every.sort();
+    assert_eq!(drawn, every);
+    let batch = levels(data.micro_batch(3, 4, &device).unwrap());
+    assert_eq!(batch, levels(again.micro_batch(3, 4, &device).unwrap()));
+}
+
+/// The run learns (its validation NLL falls well below a uniform guess's 8 bits), saves a
+/// checkpoint halfway that resumes to exactly where the run ends, and reports bits per
+/// sample on both held-out splits.
+#[test]
+fn a_waveform_run_learns_resumes_exactly_and_reports_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run_config = config(16);
+    run_config.checkpoint_every = 8;
+    run_config.validate_every = 8;
+    let mut whole = TaskTrainer::<SashimiConfig>::new(
+        run_config,
+        RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let mut events = Vec::new();
+    whole.run(&mut events).unwrap();
+    let losses: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step(step) => Some(step.loss),
+            _ => None,
+        })
+        .collect();
+    let validation: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Validation { loss, .. } => Some(*loss),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(losses.len(), 16);
+    assert!(
+        (losses[0] - 8.0).abs() < 0.6,
+        "the first step's NLL is near a uniform guess's 8 bits: {losses:?}"
+    );
+    assert_eq!(validation.len(), 2, "{validation:?}");
+    assert!(
+        validation[1] < validation[0] && validation[1] < 7.0,
+        "the validation NLL falls: {validation:?} (train {losses:?})"
+    );
+
+    let halfway = dir.path().join("checkpoints/step-00000008");
+    let mut resumed =
+        TaskTrainer::<SashimiConfig>::resume(&halfway, &Default::default(), RunOptions::default())
+            .unwrap();
+    assert_eq!(resumed.step(), 8);
+    resumed.run(&mut Vec::new()).unwrap();
+    let (a, b) = (
+        crate::model::flat_parameters(resumed.model()),
+        crate::model::flat_parameters(whole.model()),
+    );
+    let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+    assert_eq!(differing, 0, "{differing} of {} parameters differ", a.len());
+
+    let Evaluation::Results(results) = whole.evaluate().unwrap() else {
+        panic!("a waveform run reports its own results")
+    };
+    assert_eq!(results.measures, ["NLL (bits/sample)"]);
+    let rows: Vec<(&str, usize)> = results
+        .rows
+        .iter()
+        .map(|r| (r.label.as_str(), r.examples))
+        .collect();
+    assert_eq!(rows, [("validation", 15), ("test", 15)]);
+    let test = results.rows[1].values[0];
+    assert!(test > 1.0 && test < 7.0, "test NLL {test} bits");
+}
+
+/// A crop the poolings cannot divide is refused with the lengths nearest it; the seed's
+/// lengths are taken.
+#[test]
+fn a_crop_must_divide_by_the_poolings() {
+    let at = |sample_len| SashimiConfig {
+        sample_len,
+        ..SashimiConfig::default()
+    };
+    for fine in [16, 16_000, 128_000, 131_072] {
+        assert!(at(fine).check_sample_len().is_ok(), "{fine}");
+    }
+    let refused = at(16_010).check_sample_len().unwrap_err();
+    assert!(
+        refused.contains("multiple of 16") && refused.contains("16000 and 16016"),
+        "{refused}"
+    );
+    assert!(at(8).check_sample_len().unwrap_err().contains("16)"));
+}
