@@ -69,11 +69,10 @@ impl S4d {
         }
     }
 
-    /// The channels' impulse responses over `length` steps, `[channels, length]`:
-    /// `K[l] = 2 Re(sum_n C'_n exp(dt A_n l))` with `C' = C (exp(dt A) - 1) / A` (zero-order
-    /// hold). Holds `[channels, modes, length]` while it is built.
-    pub fn kernel(&self, length: usize) -> Tensor<2> {
-        let device = self.d.val().device();
+    /// The discretised modes: `C'` and `dt A` as real and imaginary parts, `[channels,
+    /// modes]` each: `K[l] = 2 Re(sum_n C'_n exp(dt A_n l))` with `C' = C (exp(dt A) - 1) /
+    /// A` (zero-order hold).
+    fn modes(&self) -> [Tensor<2>; 4] {
         let dt = self.log_dt.val().exp().unsqueeze_dim::<2>(1);
         let a_re = self.log_a_real.val().exp().neg();
         let a_im = self.a_imag.val();
@@ -89,6 +88,51 @@ impl S4d {
         let (c_re, c_im) = (self.c_real.val(), self.c_imag.val());
         let cp_re = c_re.clone() * q_re.clone() - c_im.clone() * q_im.clone();
         let cp_im = c_re * q_im + c_im * q_re;
+        [cp_re, cp_im, dta_re, dta_im]
+    }
+
+    /// The channels' impulse responses over `length` steps, `[channels, length]`, built in
+    /// blocks of `B` steps (about the square root of the length): step `bB + j` is
+    /// `2 Re(sum_n (C'_n z_n^(bB)) z_n^j)` with `z = exp(dt A)`, a product of a `[blocks,
+    /// modes]` and a `[modes, B]` matrix per channel. What autodiff keeps is
+    /// `[channels, modes, blocks + B]` and the kernel itself, where the sum over every step
+    /// at once ([`S4d::kernel_whole`]) keeps several `[channels, modes, length]` tensors: for
+    /// seed 004's size at 16,000 steps, gigabytes.
+    pub fn kernel(&self, length: usize) -> Tensor<2> {
+        let device = self.d.val().device();
+        let [cp_re, cp_im, dta_re, dta_im] = self.modes();
+        let [channels, _] = cp_re.dims();
+        let block = (length as f64).sqrt().ceil().max(1.0) as usize;
+        let blocks = length.div_ceil(block);
+        // z^(steps), `[channels, modes, steps.len()]`, as real and imaginary parts.
+        let power = |steps: usize, stride: usize| {
+            let at = Tensor::<1, Int>::arange(0..steps as i64, &device)
+                .float()
+                .mul_scalar(stride as f64)
+                .reshape([1, 1, steps]);
+            let decay = (dta_re.clone().unsqueeze_dim::<3>(2) * at.clone()).exp();
+            let angle = dta_im.clone().unsqueeze_dim::<3>(2) * at;
+            (decay.clone() * angle.clone().cos(), decay * angle.sin())
+        };
+        let (start_re, start_im) = power(blocks, block);
+        let (step_re, step_im) = power(block, 1);
+        let (cp_re, cp_im) = (cp_re.unsqueeze_dim::<3>(2), cp_im.unsqueeze_dim::<3>(2));
+        // C' z^(bB): `[channels, blocks, modes]`.
+        let w_re =
+            (cp_re.clone() * start_re.clone() - cp_im.clone() * start_im.clone()).swap_dims(1, 2);
+        let w_im = (cp_re * start_im + cp_im * start_re).swap_dims(1, 2);
+        let k = w_re.matmul(step_re) - w_im.matmul(step_im);
+        k.reshape([channels, blocks * block])
+            .slice([0..channels, 0..length])
+            .mul_scalar(2.0)
+    }
+
+    /// The impulse responses summed over every step at once, `[channels, modes, length]`
+    /// held: what [`S4d::kernel`] computes in blocks, kept to test it against.
+    #[cfg(test)]
+    pub fn kernel_whole(&self, length: usize) -> Tensor<2> {
+        let device = self.d.val().device();
+        let [cp_re, cp_im, dta_re, dta_im] = self.modes();
         let steps = Tensor::<1, Int>::arange(0..length as i64, &device)
             .float()
             .reshape([1, 1, length]);

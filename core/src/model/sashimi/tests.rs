@@ -152,3 +152,46 @@ fn ndarray_convolves_directly_as_flex_does_by_fft() {
     let diff = largest_difference(by_fft, direct);
     assert!(diff < 1e-4, "{diff}");
 }
+
+/// The kernel built in blocks is the one summed over every step at once, values and
+/// gradients, at lengths that are and are not a block's multiple.
+#[test]
+fn the_blocked_kernel_is_the_whole_one_with_its_gradients() {
+    let device = cpu(11);
+    let layer = super::S4d::new(4, 16, &device);
+    for length in [1, 37, 256, 1_000] {
+        let weights = Tensor::<2>::random([4, length], Distribution::Normal(0.0, 1.0), &device);
+        let blocked = layer.kernel(length);
+        let whole = layer.kernel_whole(length);
+        let scale = whole.clone().abs().max().into_scalar::<f32>();
+        let diff = largest_difference(blocked.clone(), whole.clone());
+        assert!(diff < 1e-4 * scale.max(1.0), "length {length}: {diff}");
+        let a = GradientsParams::from_grads((blocked * weights.clone()).sum().backward(), &layer);
+        let b = GradientsParams::from_grads((whole * weights).sum().backward(), &layer);
+        let (a, b) = (gradient(&layer, a), gradient(&layer, b));
+        let scale = b.iter().fold(0f32, |m, g| m.max(g.abs()));
+        assert!(scale > 0.0, "length {length}: the kernel has a gradient");
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            diff < 1e-3 * scale.max(1.0),
+            "length {length}: gradients {diff}"
+        );
+    }
+}
+
+/// A gradient as one plain SGD step of rate 1 moves the parameters.
+fn gradient(layer: &super::S4d, grads: GradientsParams) -> Vec<f32> {
+    use crate::model::flat_parameters;
+    let moved = burn::optim::SgdConfig::new()
+        .init()
+        .step(1.0, layer.clone(), grads);
+    let before = flat_parameters(layer);
+    flat_parameters(&moved)
+        .iter()
+        .zip(&before)
+        .map(|(m, b)| b - m)
+        .collect()
+}
