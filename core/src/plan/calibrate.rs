@@ -32,7 +32,11 @@ pub const CALIBRATION_BYTES: u64 = 16 << 20;
 
 /// The two calibration sizes for a model: the larger holds [`CALIBRATION_BYTES`] of
 /// per-patch memory (at least 16 patches, at most 65,536), the smaller a quarter of it.
+/// A task whose one example is large says its own ([`TrainingTask::calibration_examples`]).
 pub fn calibration_patches<T: TrainingTask>(task: &T, backend: BackendKind) -> [usize; 2] {
+    if let Some(sizes) = task.calibration_examples() {
+        return sizes;
+    }
     let [_, fewest] = CALIBRATION_PATCHES;
     let step = task.step_memory(backend, Precision::F32, fewest);
     let per_patch = (step.activations + step.data) / fewest as u64;

@@ -158,6 +158,7 @@ pub fn prepare<'a, T: TrainingTask>(
                             effective_batch > 1,
                             longest,
                         ),
+                        per_example: 0,
                     })?;
             if !within_what_was_measured(&mut buckets, most_frames, &over) {
                 return Err(PlanningError::DryRunsFailed(tried_so_far(&last, &tried)));

@@ -42,6 +42,32 @@ pub enum Coupling {
     Embeddings,
 }
 
+/// The length of a task's examples where the run chooses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crop {
+    /// Steps (samples) in one example.
+    pub len: usize,
+    /// Every length the task takes is a multiple of this.
+    pub multiple: usize,
+}
+
+impl Crop {
+    /// The longest crop whose smallest step fits `available` bytes, given what the smallest
+    /// step at this crop `needs` and what one more crop adds to it (`per_example`): the
+    /// examples' part grows with their length, the rest stays. `None` when not even the
+    /// shortest fits or the per-example part is unknown.
+    pub fn longest_fitting(self, needed: u64, per_example: u64, available: u64) -> Option<usize> {
+        let fixed = needed.saturating_sub(per_example);
+        if per_example == 0 || available <= fixed {
+            return None;
+        }
+        let per_step = per_example as f64 / self.len.max(1) as f64;
+        let steps = ((available - fixed) as f64 / per_step) as usize;
+        let multiple = self.multiple.max(1);
+        Some(steps / multiple * multiple).filter(|&len| len > 0)
+    }
+}
+
 /// What a phase's loss may depend on besides the networks and the batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepContext {
@@ -99,6 +125,27 @@ pub trait TrainingTask: Clone + std::fmt::Debug + Send + 'static {
     /// step whose phases cut it differently is read once and cut again for each phase, so
     /// that the data stream is read in order, once.
     fn recut(&self, _batches: &[Self::Batch], _examples: &[usize]) -> Option<Vec<Self::Batch>> {
+        None
+    }
+
+    /// For a task whose examples are crops of a length the run asks for (a waveform
+    /// model's samples): that length, so that a plan that cannot hold one crop says the
+    /// longest that fits. `None` (the default): examples are what the data holds.
+    fn crop(&self) -> Option<Crop> {
+        None
+    }
+
+    /// The task with crops `len` long, for a task of [`TrainingTask::crop`]: what the
+    /// planner measures to find the longest crop a budget holds. `None` by default.
+    fn at_crop(&self, _len: usize) -> Option<Self> {
+        None
+    }
+
+    /// The examples per micro-batch of the planner's two calibration steps, where the
+    /// default sizes (`crate::plan::calibration_patches`: at least 16) would hold more than
+    /// a device has: a task whose one example is a long sequence measures one and two.
+    /// `None` (the default): the planner's sizes.
+    fn calibration_examples(&self) -> Option<[usize; 2]> {
         None
     }
 

@@ -95,6 +95,14 @@ pub enum TrainError {
         example: String,
         error: PlanningError,
     },
+    /// Not even one crop of the asked length fits the budget: the length, and the longest
+    /// that would.
+    #[error("{}", self.describe(&PlainWords))]
+    CropDoesNotFit {
+        sample_len: usize,
+        longest: Option<usize>,
+        error: PlanningError,
+    },
     #[error(transparent)]
     Step(#[from] step::StepError),
     #[error(transparent)]
@@ -131,6 +139,23 @@ impl Described for TrainError {
                 "{example} is longer than any plan can hold: {}; or leave it out of its \
                  listing (or cut it)",
                 error.describe(words)
+            ),
+            TrainError::CropDoesNotFit {
+                sample_len,
+                longest,
+                error,
+            } => format!(
+                "a crop of {sample_len} samples does not fit the budget at one crop a \
+                 micro-batch with every lever: {}; {}",
+                error.describe(words),
+                match longest {
+                    Some(len) => format!(
+                        "a crop of {len} samples fits this budget, planned and dry-run at that \
+                         length ({})",
+                        words.given(Setting::SampleLen, &len.to_string())
+                    ),
+                    None => "no shorter crop tried fits it either".into(),
+                }
             ),
             TrainError::OutDirInUse { dir, step } => format!(
                 "{} already holds a run (checkpoint at step {step}); continue it ({}), or \

@@ -74,7 +74,24 @@ pub(super) fn fit_and_plan<'a, T: RunTask>(
         let mut task = task.for_data(data)?;
         let mut rounds = 0;
         loop {
-            let prepared = prepare_run(config, &task, data, planning, loader, store, sink).await;
+            let prepared = match prepare_run(config, &task, data, planning, loader, store, sink)
+                .await
+            {
+                // One crop too long: the longest that fits, measured.
+                Err(TrainError::CropDoesNotFit {
+                    sample_len,
+                    longest: Some(guess),
+                    error,
+                }) => {
+                    let longest = longest_crop(config, &task, data, planning, loader, guess).await;
+                    return Err(TrainError::CropDoesNotFit {
+                        sample_len,
+                        longest,
+                        error,
+                    });
+                }
+                other => other,
+            };
             let fitting = match &prepared {
                 Err(TrainError::LongestDoesNotFit {
                     error:
@@ -101,6 +118,54 @@ pub(super) fn fit_and_plan<'a, T: RunTask>(
             );
             task = task.for_data(data)?;
         }
+    })
+}
+
+/// Rounds of measuring a shorter crop for one that fits: a guess from a crop's per-example
+/// memory errs long where the FFT's size (a power of two) does not shrink with the crop.
+const CROP_ROUNDS: usize = 5;
+
+/// A crop that fits, from `guess` down: each guess planned (calibrated and dry-run at its
+/// length) as a run of it would be; the next from that plan's own per-example memory, and
+/// at least a tenth shorter. `None` when no guess fits within [`CROP_ROUNDS`]. The crop
+/// found is within about a tenth of the longest.
+fn longest_crop<'a, T: RunTask>(
+    config: &'a TrainConfig,
+    task: &'a T,
+    data: &'a T::Data,
+    planning: &'a Planning,
+    loader: &'a LoaderOptions,
+    guess: usize,
+) -> LocalFuture<'a, Option<usize>> {
+    Box::pin(async move {
+        let multiple = task.crop()?.multiple.max(1);
+        let mut guess = guess;
+        for _ in 0..CROP_ROUNDS {
+            let shorter = task.at_crop(guess)?;
+            let mut config = config.clone();
+            let mut quiet = |_: Event| {};
+            let planned = prepare_run(
+                &mut config,
+                &shorter,
+                data,
+                planning,
+                loader,
+                None,
+                &mut quiet,
+            );
+            match planned.await {
+                Ok(_) => return Some(guess),
+                Err(TrainError::CropDoesNotFit {
+                    longest: Some(next),
+                    ..
+                }) => guess = next.min(guess * 9 / 10) / multiple * multiple,
+                Err(_) => return None,
+            }
+            if guess == 0 {
+                return None;
+            }
+        }
+        None
     })
 }
 
@@ -138,13 +203,28 @@ pub(super) fn prepare_run<'a, T: RunTask>(
         let prepared =
             crate::plan::prepare_by_length(config.target(), task, &planning, share, &lengths, sink)
                 .await
-                .map_err(|error| match (&error, data.longest()) {
+                .map_err(|error| match (&error, data.longest(), task.crop()) {
                     // A plan by length that cannot hold one longest example names it.
-                    (PlanningError::Plan(PlanError::DoesNotFit { .. }), Some(example))
+                    (PlanningError::Plan(PlanError::DoesNotFit { .. }), Some(example), _)
                         if !lengths.is_empty() =>
                     {
                         TrainError::LongestDoesNotFit { example, error }
                     }
+                    // A crop too long for one a micro-batch: the longest that fits.
+                    (
+                        PlanningError::Plan(PlanError::DoesNotFit {
+                            needed,
+                            per_example,
+                            available,
+                            ..
+                        }),
+                        _,
+                        Some(crop),
+                    ) => TrainError::CropDoesNotFit {
+                        sample_len: crop.len,
+                        longest: crop.longest_fitting(*needed, *per_example, *available),
+                        error,
+                    },
                     _ => error.into(),
                 })?;
         let plan = &prepared.plan;

@@ -21,7 +21,7 @@ use crate::model::StepLoss;
 use crate::model::sashimi::{LEVELS, Sashimi, SashimiShape};
 use crate::model::{AnalyticStep, DefaultBatch, ModelInfo, ModelSpec, NamedConfig, PatchShape};
 use crate::precision::Precision;
-use crate::task::{StepContext, TrainingTask};
+use crate::task::{Crop, StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
 pub use data::WaveformData;
@@ -120,6 +120,26 @@ impl TrainingTask for SashimiConfig {
     /// f32 throughout: the network does not compute in half precision yet.
     fn mixed_precision(&self) -> bool {
         false
+    }
+
+    fn crop(&self) -> Option<Crop> {
+        Some(Crop {
+            len: self.sample_len,
+            multiple: self.shape.length_multiple(),
+        })
+    }
+
+    fn at_crop(&self, len: usize) -> Option<Self> {
+        Some(Self {
+            sample_len: len,
+            ..self.clone()
+        })
+    }
+
+    /// One crop of seed 004's size at 16,000 samples holds about 1.1 GB in a step: the
+    /// planner's 16 would not fit the devices it plans for.
+    fn calibration_examples(&self) -> Option<[usize; 2]> {
+        Some([1, 2])
     }
 
     fn networks(&self, device: &Device) -> Sashimi {

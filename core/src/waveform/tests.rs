@@ -161,3 +161,15 @@ fn a_crop_must_divide_by_the_poolings() {
     );
     assert!(at(8).check_sample_len().unwrap_err().contains("16)"));
 }
+
+#[test]
+fn the_longest_crop_is_what_the_examples_part_leaves() {
+    let crop = crate::task::Crop {
+        len: 1_000,
+        multiple: 16,
+    };
+    // 100 fixed, 1 per sample: 600 available leaves 500 samples, 496 a multiple of 16.
+    assert_eq!(crop.longest_fitting(1_100, 1_000, 600), Some(496));
+    assert_eq!(crop.longest_fitting(1_100, 1_000, 100), None);
+    assert_eq!(crop.longest_fitting(1_100, 0, 600), None);
+}

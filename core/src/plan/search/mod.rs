@@ -167,6 +167,9 @@ pub enum PlanError {
         /// Planned by length: the longest example, in frames, that a step could hold alone
         /// (`None`: not even the shortest, or a plan of fixed-size examples).
         longest_fitting: Option<usize>,
+        /// What one more example adds to the smallest step (0 where unknown): how much of
+        /// `needed` the examples hold, so that a task of crops can say how long a crop fits.
+        per_example: u64,
     },
 }
 
@@ -223,7 +226,7 @@ pub fn search(
     };
     let mut fits: Vec<Candidate> = Vec::new();
     // The smallest configuration tried, for the error when nothing fits.
-    let mut smallest: Option<(u64, String)> = None;
+    let mut smallest: Option<(u64, String, u64)> = None;
     let mut any_split = false;
     for &n_patches in &patch_counts {
         if n_patches == 0 || !request.effective_batch.is_multiple_of(n_patches) {
@@ -260,8 +263,10 @@ pub fn search(
                         continue;
                     };
                     let needed = step + request.read_ahead.bytes(micro_batch);
-                    if smallest.as_ref().is_none_or(|(n, _)| needed < *n) {
-                        smallest = Some((needed, split.words(ckpt, precision)));
+                    if smallest.as_ref().is_none_or(|(n, _, _)| needed < *n) {
+                        let more = memory.predict_step(patches + 1, accumulation, precision, ckpt);
+                        let per_example = more.map_or(0, |more| more.saturating_sub(step));
+                        smallest = Some((needed, split.words(ckpt, precision), per_example));
                     }
                     if needed > available {
                         continue;
@@ -328,7 +333,7 @@ pub fn search(
             )
         })
     else {
-        let (needed, smallest) = smallest.unwrap_or((u64::MAX, "any step".into()));
+        let (needed, smallest, per_example) = smallest.unwrap_or((u64::MAX, "any step".into(), 0));
         return Err(PlanError::DoesNotFit {
             smallest,
             needed,
@@ -336,6 +341,7 @@ pub fn search(
             budget: request.budget_bytes,
             resident: request.resident_bytes,
             longest_fitting: None,
+            per_example,
         });
     };
     let reason = reason(memory, best, request, available);

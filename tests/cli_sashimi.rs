@@ -1,0 +1,112 @@
+//! The SaShiMi model planned inside one example, as a user runs it: at a budget between one
+//! crop's step with checkpointing and without, the plan checkpoints and the run completes;
+//! below the checkpointed step, the error names the asked crop, what it needs, and a shorter
+//! crop it planned and dry-ran within the budget. Budgets come from the model's own
+//! calibration on this machine (`trainer-cli plan --json`), so the test holds on any.
+
+mod common;
+
+use common::{events, run_json, trainer_cli};
+use serde_json::Value;
+
+const SAMPLE_LEN: &str = "2048";
+
+/// One crop's calibrated step, without and with checkpointing, and what the process holds
+/// before any step.
+fn one_crop() -> (u64, u64, u64) {
+    let output = trainer_cli()
+        .args([
+            "plan",
+            "--model",
+            "sashimi",
+            "--sample-len",
+            SAMPLE_LEN,
+            "--memory-budget",
+            "1GiB",
+            "--json",
+        ])
+        .output()
+        .expect("trainer-cli starts");
+    common::assert_success(&output, &["plan"]);
+    let plan: Value = serde_json::from_slice(&output.stdout).expect("the plan as JSON");
+    let memory = &plan["calibration"]["memory"];
+    let at_one = |line: &str| {
+        let points = memory[line]["points"].as_array().expect("measured points");
+        let one = points
+            .iter()
+            .find(|p| p[0] == 1)
+            .expect("a step of one crop");
+        one[1].as_f64().expect("bytes") as u64
+    };
+    let resident = plan["breakdown"]["resident"]
+        .as_u64()
+        .expect("resident bytes");
+    (at_one("plain"), at_one("checkpointed"), resident)
+}
+
+#[test]
+fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
+    let (plain, checkpointed, resident) = one_crop();
+    assert!(checkpointed < plain, "{checkpointed} < {plain}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tight");
+    let budget = format!("{}B", resident + (plain + checkpointed) / 2);
+    let args = [
+        "train",
+        "--model",
+        "sashimi",
+        "--sample-len",
+        SAMPLE_LEN,
+        "--steps",
+        "2",
+        "--memory-budget",
+        &budget,
+        "--no-eval",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = run_json(&args);
+    let plan = events(&run, "plan")[0];
+    assert_eq!(plan["checkpointing"], true, "{plan}");
+    assert_eq!(plan["micro_batch"], 1, "{plan}");
+    let finished = events(&run, "finished")[0];
+    assert_eq!(finished["step"], 2, "{finished}");
+    for step in events(&run, "step") {
+        let peak = step["mem_peak_bytes"].as_u64().unwrap();
+        let budget = plan["budget_bytes"].as_u64().unwrap();
+        assert!(peak <= budget, "{peak} over {budget}: {step}");
+    }
+
+    let too_little = format!("{}B", resident + checkpointed * 3 / 4);
+    let out = dir.path().join("too-long");
+    let refused = trainer_cli()
+        .args([
+            "train",
+            "--model",
+            "sashimi",
+            "--sample-len",
+            SAMPLE_LEN,
+            "--steps",
+            "2",
+            "--memory-budget",
+            &too_little,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .expect("trainer-cli starts");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("a crop of 2048 samples does not fit") && said.contains("needs"),
+        "{said}"
+    );
+    let fits: usize = said
+        .split("--sample-len ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a crop that fits, as a flag: {said}"));
+    assert!(fits < 2_048 && fits > 0 && fits.is_multiple_of(16), "{fits}: {said}");
+}
