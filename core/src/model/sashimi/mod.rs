@@ -9,6 +9,7 @@
 //!
 //! The network; `crate::waveform` trains it as the `sashimi` model.
 
+mod recurrent;
 pub mod s4d;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use burn::tensor::activation::{gelu, log_softmax};
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
+pub use recurrent::Stepper;
 pub use s4d::S4d;
 
 /// The quantisation levels of the samples (8 bits).

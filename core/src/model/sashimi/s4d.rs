@@ -144,6 +144,21 @@ impl S4d {
         terms.sum_dim(1).squeeze_dim::<2>(1).mul_scalar(2.0)
     }
 
+    /// The layer as a recurrence, for one step at a time: `x_t = z x_(t-1) + u_t` per mode
+    /// (`z = exp(dt A)`), `y_t = 2 Re(C' x_t) + D u_t`, whose impulse response is
+    /// [`S4d::kernel`].
+    pub fn recurrence(&self) -> Recurrence {
+        let [cp_re, cp_im, dta_re, dta_im] = self.modes();
+        let grow = dta_re.exp();
+        Recurrence {
+            z_re: grow.clone() * dta_im.clone().cos(),
+            z_im: grow * dta_im.sin(),
+            cp_re,
+            cp_im,
+            d: self.d.val(),
+        }
+    }
+
     /// The layer over `u` (`[batch, channels, length]`): its kernel convolved causally
     /// with each channel, plus `D u`.
     pub fn forward(&self, u: Tensor<3>) -> Tensor<3> {
@@ -151,6 +166,43 @@ impl S4d {
         let kernel = self.kernel(length);
         let skip = u.clone() * self.d.val().reshape([1, channels, 1]);
         causal_convolution(u, kernel) + skip
+    }
+}
+
+/// An S4D layer's recurrence ([`S4d::recurrence`]): `[channels, modes]` each, `d`
+/// `[channels]`.
+#[derive(Debug, Clone)]
+pub struct Recurrence {
+    z_re: Tensor<2>,
+    z_im: Tensor<2>,
+    cp_re: Tensor<2>,
+    cp_im: Tensor<2>,
+    d: Tensor<1>,
+}
+
+/// A recurrence's state for a batch, `[batch, channels, modes]` as real and imaginary parts.
+pub type RecurrentState = (Tensor<3>, Tensor<3>);
+
+impl Recurrence {
+    /// One step over `u` (`[batch, channels]`) from `state` (none: zeros): the output and
+    /// the next state.
+    pub fn step(&self, u: Tensor<2>, state: Option<RecurrentState>) -> (Tensor<2>, RecurrentState) {
+        let [batch, channels] = u.dims();
+        let modes = self.z_re.dims()[1];
+        let (x_re, x_im) = state.unwrap_or_else(|| {
+            let zeros = Tensor::zeros([batch, channels, modes], &u.device());
+            (zeros.clone(), zeros)
+        });
+        let (z_re, z_im) = (self.z_re.clone().unsqueeze::<3>(), self.z_im.clone().unsqueeze::<3>());
+        let input = u.clone().unsqueeze_dim::<3>(2);
+        let next_re = x_re.clone() * z_re.clone() - x_im.clone() * z_im.clone() + input;
+        let next_im = x_re * z_im + x_im * z_re;
+        let (cp_re, cp_im) = (self.cp_re.clone().unsqueeze::<3>(), self.cp_im.clone().unsqueeze::<3>());
+        let y = (next_re.clone() * cp_re - next_im.clone() * cp_im)
+            .sum_dim(2)
+            .squeeze_dim::<2>(2)
+            .mul_scalar(2.0);
+        (y + u * self.d.clone().unsqueeze::<2>(), (next_re, next_im))
     }
 }
 

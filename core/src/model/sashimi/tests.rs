@@ -195,3 +195,27 @@ fn gradient(layer: &super::S4d, grads: GradientsParams) -> Vec<f32> {
         .map(|(m, b)| b - m)
         .collect()
 }
+
+/// Stepping one sample at a time gives the whole sequence's logits at every position: the
+/// S4D layers' recurrences are their kernels, the poolings' buffers their reshapes, and the
+/// up-pooling's delay the same.
+#[test]
+fn the_network_stepped_one_sample_at_a_time_is_the_whole_forward() {
+    let device = cpu(13);
+    let network = SashimiShape::small().init(&device);
+    let length = 48;
+    let levels = Tensor::<2, Int>::random([2, length], Distribution::Uniform(0.0, 256.0), &device);
+    let inputs = shifted_inputs(levels);
+    let whole = network.forward(inputs.clone());
+    let mut stepper = super::Stepper::new(&network);
+    let stepped: Vec<Tensor<3>> = (0..length)
+        .map(|t| {
+            let fed = inputs.clone().slice([0..2, t..t + 1]).reshape([2]);
+            stepper.step(fed).unsqueeze_dim::<3>(1)
+        })
+        .collect();
+    let stepped = Tensor::cat(stepped, 1);
+    let scale = whole.clone().abs().max().into_scalar::<f32>();
+    let diff = largest_difference(stepped, whole);
+    assert!(diff < 1e-3 * scale.max(1.0), "{diff} of {scale}");
+}
