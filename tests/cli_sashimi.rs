@@ -108,5 +108,91 @@ fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
         .and_then(|rest| rest.split(')').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("a crop that fits, as a flag: {said}"));
-    assert!(fits < 2_048 && fits > 0 && fits.is_multiple_of(16), "{fits}: {said}");
+    assert!(
+        fits < 2_048 && fits > 0 && fits.is_multiple_of(16),
+        "{fits}: {said}"
+    );
+}
+
+/// A short run's checkpoint makes WAV files a WAV reader reads back: mono at the run's
+/// 16 kHz, the asked length, samples in [-1, 1], clips that differ. A checkpoint of
+/// another model is refused with both names.
+#[test]
+fn a_run_generates_audio_a_wav_reader_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    run_json(&[
+        "train",
+        "--model",
+        "sashimi",
+        "--sample-len",
+        SAMPLE_LEN,
+        "--steps",
+        "3",
+        "--no-eval",
+        "--json",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    let audio = dir.path().join("audio");
+    let generated = trainer_cli()
+        .args([
+            "generate",
+            "--clips",
+            "2",
+            "--seconds",
+            "0.05",
+            "--seed",
+            "3",
+        ])
+        .args(["--checkpoint", run.to_str().unwrap()])
+        .args(["--out", audio.to_str().unwrap()])
+        .output()
+        .expect("trainer-cli starts");
+    common::assert_success(&generated, &["generate"]);
+    let clips: Vec<Vec<f32>> = ["sample-00.wav", "sample-01.wav"]
+        .iter()
+        .map(|name| {
+            let mut reader = hound::WavReader::open(audio.join(name)).expect("a WAV file");
+            let spec = reader.spec();
+            assert_eq!((spec.channels, spec.sample_rate), (1, 16_000), "{name}");
+            let samples: Vec<f32> = match spec.sample_format {
+                hound::SampleFormat::Float => reader.samples::<f32>().map(Result::unwrap).collect(),
+                hound::SampleFormat::Int => reader
+                    .samples::<i32>()
+                    .map(|s| s.unwrap() as f32 / (1 << (spec.bits_per_sample - 1)) as f32)
+                    .collect(),
+            };
+            samples
+        })
+        .collect();
+    for clip in &clips {
+        assert_eq!(clip.len(), 800);
+        assert!(clip.iter().all(|s| s.is_finite() && s.abs() <= 1.0));
+    }
+    assert_ne!(clips[0], clips[1], "two draws differ");
+
+    let other = dir.path().join("other");
+    run_json(&[
+        "train",
+        "--model",
+        "dcase-ae",
+        "--steps",
+        "1",
+        "--no-eval",
+        "--json",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    let refused = trainer_cli()
+        .args(["generate", "--checkpoint", other.to_str().unwrap()])
+        .args(["--out", audio.to_str().unwrap()])
+        .output()
+        .expect("trainer-cli starts");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("dcase-ae") && said.contains("sashimi"),
+        "{said}"
+    );
 }

@@ -7,6 +7,7 @@ mod budget;
 mod datasets;
 mod device_panics;
 mod flags;
+mod generate;
 mod kept;
 mod models;
 mod plan;
@@ -80,6 +81,7 @@ fn run() -> Result<()> {
         args::Command::Features(a) => datasets::features(a),
         args::Command::Eval(a) => datasets::eval(*a),
         args::Command::Models(a) => models::run(a),
+        args::Command::Generate(a) => generate::run(a),
     }
 }
 

@@ -8,6 +8,8 @@
 //! as for any other task, and a step's memory grows with the crop's length.
 
 mod data;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod generate;
 #[cfg(test)]
 mod tests;
 

@@ -132,6 +132,25 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// A sashimi run's checkpoint, or its run directory (its latest checkpoint).
+    #[arg(long)]
+    pub checkpoint: std::path::PathBuf,
+    /// Folder for the WAV files (sample-00.wav, ...); made if missing.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Clips to make, drawn side by side.
+    #[arg(long, default_value_t = 4)]
+    pub clips: usize,
+    /// Each clip's length in seconds, at the run's sample rate.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Seed of the draws: the same checkpoint and seed make the same clips.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelsArgs {
     /// Print JSON.

@@ -8,7 +8,9 @@ mod train;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Parser, Subcommand};
 
-pub use commands::{BenchArgs, EvalArgs, FeaturesArgs, ModelsArgs, PlanArgs, ProbeArgs, SynthArgs};
+pub use commands::{
+    BenchArgs, EvalArgs, FeaturesArgs, GenerateArgs, ModelsArgs, PlanArgs, ProbeArgs, SynthArgs,
+};
 pub use device::{Backend, DeviceArg, Resolved};
 pub use train::{DataArgs, MemoryArgs, SplitArgs, TrainArgs};
 
@@ -44,6 +46,9 @@ pub enum Command {
     Eval(Box<EvalArgs>),
     /// List the models --model takes, with their parameter counts and inputs.
     Models(ModelsArgs),
+    /// Write audio made by a trained waveform model (sashimi) as WAV files, one sample at a
+    /// time from its distribution.
+    Generate(GenerateArgs),
 }
 
 impl Default for Command {

@@ -96,9 +96,7 @@ impl<'a> Stepper<'a> {
             .squeeze_dim::<2>(1);
         let x = self.level(0, x, self.position);
         self.position += 1;
-        self.network
-            .head
-            .forward(self.network.norm.forward(x))
+        self.network.head.forward(self.network.norm.forward(x))
     }
 
     /// One step at resolution `level` (its step `t`) on its input `u`.
@@ -125,7 +123,11 @@ impl<'a> Stepper<'a> {
             let width = expanded.dims()[1] / factor;
             self.levels[level].pooled_up = Some(
                 (0..factor)
-                    .map(|j| expanded.clone().slice([0..batch, j * width..(j + 1) * width]))
+                    .map(|j| {
+                        expanded
+                            .clone()
+                            .slice([0..batch, j * width..(j + 1) * width])
+                    })
                     .collect(),
             );
         }

@@ -193,11 +193,17 @@ impl Recurrence {
             let zeros = Tensor::zeros([batch, channels, modes], &u.device());
             (zeros.clone(), zeros)
         });
-        let (z_re, z_im) = (self.z_re.clone().unsqueeze::<3>(), self.z_im.clone().unsqueeze::<3>());
+        let (z_re, z_im) = (
+            self.z_re.clone().unsqueeze::<3>(),
+            self.z_im.clone().unsqueeze::<3>(),
+        );
         let input = u.clone().unsqueeze_dim::<3>(2);
         let next_re = x_re.clone() * z_re.clone() - x_im.clone() * z_im.clone() + input;
         let next_im = x_re * z_im + x_im * z_re;
-        let (cp_re, cp_im) = (self.cp_re.clone().unsqueeze::<3>(), self.cp_im.clone().unsqueeze::<3>());
+        let (cp_re, cp_im) = (
+            self.cp_re.clone().unsqueeze::<3>(),
+            self.cp_im.clone().unsqueeze::<3>(),
+        );
         let y = (next_re.clone() * cp_re - next_im.clone() * cp_im)
             .sum_dim(2)
             .squeeze_dim::<2>(2)
