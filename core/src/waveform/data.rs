@@ -11,7 +11,7 @@ use headroom_datasets::waveform::Quantizer;
 use super::{SashimiConfig, levels_tensor};
 use crate::config::TrainConfig;
 use crate::data::{EpochOrder, LoaderOptions, Normalization};
-use crate::events::{DatasetReport, Results, ResultsRow};
+use crate::events::{DatasetReport, Picture, Results, ResultsRow};
 use crate::model::sashimi::Sashimi;
 use crate::readback::{self, LocalFuture};
 use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
@@ -220,6 +220,43 @@ impl RunTask for SashimiConfig {
         Box::pin(async move {
             data.bits(&network.valid(), &data.validation, device, batches)
                 .await
+        })
+    }
+
+    /// The middle of the first validation clip above a clip the network generates (a
+    /// quarter of a second each, the draws seeded alike at every validation).
+    fn picture<'a>(
+        &'a self,
+        network: &'a Sashimi,
+        data: &'a WaveformData,
+        _: &'a Device,
+    ) -> LocalFuture<'a, Result<Option<(Picture, String)>, TrainError>> {
+        Box::pin(async move {
+            let rate = data.config.digits.sample_rate as usize;
+            let samples = (rate / 4).max(1);
+            // The middle of the first clip, where its word is.
+            let clip = data
+                .config
+                .digits
+                .clip_samples
+                .min(data.validation.levels.len());
+            let from = clip.saturating_sub(samples) / 2;
+            let real: Vec<f32> = data.validation.levels[from..(from + samples).min(clip)]
+                .iter()
+                .map(|&l| data.config.quantizer.sample(l))
+                .collect();
+            let made = super::sampling::sample(&network.valid(), 1, samples, 0).await?;
+            let made: Vec<f32> = made[0]
+                .iter()
+                .map(|&l| data.config.quantizer.sample(l))
+                .collect();
+            Ok(Some((
+                super::picture::waveforms(&[&real, &made], 800),
+                format!(
+                    "waveforms of {samples} samples: the middle of a validation clip (top) and a clip \
+                     the network generates one sample at a time (below)"
+                ),
+            )))
         })
     }
 

@@ -10,6 +10,8 @@
 mod data;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod generate;
+mod picture;
+mod sampling;
 #[cfg(test)]
 mod tests;
 
