@@ -39,6 +39,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "classifier",
         "vit or cnn: the network of model=spec-classifier",
     ),
+    (
+        "sample_len",
+        "samples in one crop of model=sashimi, a multiple of 16",
+    ),
     ("steps", "optimizer steps to train"),
     ("seed", "the run's seed"),
     ("lr", "peak learning rate"),
@@ -102,6 +106,7 @@ pub struct PageSettings {
     pub start: bool,
     pub model: Option<String>,
     pub classifier: Option<ClassifierArch>,
+    pub sample_len: Option<usize>,
     pub steps: Option<u64>,
     pub seed: Option<u64>,
     pub lr: Option<f64>,
@@ -192,6 +197,7 @@ impl PageSettings {
                         }
                     })
                 }
+                "sample_len" => s.sample_len = Some(positive("sample_len", v)?),
                 "steps" => s.steps = Some(positive("steps", v)? as u64),
                 "seed" => s.seed = Some(number("seed", v, "a whole number")?),
                 "lr" => {
@@ -283,6 +289,10 @@ impl PageSettings {
                     .map_or(BudgetSpec::FreeMemory, |bytes| BudgetSpec::Given { bytes }),
                 ..MemorySpec::default()
             },
+            sashimi: headroom_core::spec::SashimiSpec {
+                size: None,
+                sample_len: self.sample_len,
+            },
             planner: self.plan,
             length: self.steps.map(RunLength::Steps),
             lr: self.lr,
@@ -297,6 +307,7 @@ fn key(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Model => "model",
         Setting::ClassifierArch => "classifier",
+        Setting::SampleLen => "sample_len",
         Setting::LearningRate => "lr",
         Setting::Seed => "seed",
         Setting::MicroBatch => "batch",
@@ -485,6 +496,19 @@ mod tests {
         let task: ClassifierConfig = c.model.config().unwrap();
         assert_eq!(task.arch, ClassifierArch::Cnn);
         assert!(task.generated.is_none());
+    }
+
+    #[test]
+    fn the_sashimi_model_takes_its_crop_from_the_address() {
+        use headroom_core::waveform::SashimiConfig;
+        let c = config("model=sashimi&sample_len=4096", None).unwrap();
+        let task: SashimiConfig = c.model.config().unwrap();
+        assert_eq!(task.sample_len, 4096);
+        let uneven = config("model=sashimi&sample_len=1000", None).unwrap_err();
+        assert!(
+            uneven.contains("`sample_len`") && uneven.contains("multiple of 16"),
+            "{uneven}"
+        );
     }
 
     #[test]
