@@ -55,6 +55,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             arch: args.classifier.map(Into::into),
             ..Default::default()
         },
+        sashimi: args.sashimi.spec(),
         ..RunSpec::default()
     };
     let run = spec.train_config(resolved.target())?;

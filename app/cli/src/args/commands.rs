@@ -173,6 +173,8 @@ pub struct BenchArgs {
     /// The classifier's network (with --model spec-classifier): vit or cnn [default: vit].
     #[arg(long, value_enum)]
     pub classifier: Option<super::train::ClassifierArchArg>,
+    #[command(flatten)]
+    pub sashimi: super::train::SashimiArgs,
     /// Each utterance's log-mel frames (with --model asr-transformer, whose examples vary
     /// in length) [default: the longest the model plans for].
     #[arg(long)]
