@@ -79,7 +79,7 @@ fn the_engine_names_no_flag_and_the_cli_only_flags_that_exist() {
 
     let mut known = cargo;
     for command in [
-        "train", "plan", "bench", "probe", "synth", "features", "eval",
+        "train", "plan", "bench", "probe", "synth", "features", "eval", "generate",
     ] {
         let output = trainer_cli().args([command, "--help"]).output().unwrap();
         assert!(output.status.success(), "trainer-cli {command} --help");
