@@ -52,6 +52,8 @@ pub enum Setting {
     SashimiSize,
     /// A waveform model's crop, in samples.
     SampleLen,
+    /// How a waveform model's samples become levels.
+    Quantizer,
     /// The classifier's network.
     ClassifierArch,
     /// The GAN run whose generator a classifier mixes patches from.
@@ -109,6 +111,7 @@ impl Setting {
             Setting::GanSize => "the GAN's size",
             Setting::SashimiSize => "the SaShiMi model's size",
             Setting::SampleLen => "the crop's length in samples",
+            Setting::Quantizer => "the quantiser",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",
             Setting::GeneratedShare => "the share of generated patches",

@@ -44,6 +44,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::GanSize => "--gan-size",
         Setting::SashimiSize => "--sashimi-size",
         Setting::SampleLen => "--sample-len",
+        Setting::Quantizer => "--quantizer",
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",
         Setting::GeneratedShare => "--generated-share",

@@ -252,6 +252,7 @@ mod tests {
             sashimi: headroom_core::spec::SashimiSpec {
                 size: Some(headroom_core::waveform::SashimiSize::Seed),
                 sample_len: Some(131_072),
+                quantizer: Some(headroom_datasets::waveform::Quantizer::Linear),
             },
         }
     }

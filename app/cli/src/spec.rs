@@ -183,6 +183,7 @@ fn take(id: &str, flags: &RunSpec, into: &mut RunSpec) -> bool {
         "negatives" => into.negatives = flags.negatives,
         "sashimi_size" => into.sashimi.size = flags.sashimi.size,
         "sample_len" => into.sashimi.sample_len = flags.sashimi.sample_len,
+        "quantizer" => into.sashimi.quantizer = flags.sashimi.quantizer,
         "batch_size" => into.split.micro_batch = flags.split.micro_batch,
         "n_patches" => into.split.n_patches = flags.split.n_patches,
         "gradient_accumulation_steps" => into.split.accumulation = flags.split.accumulation,

@@ -292,6 +292,7 @@ impl PageSettings {
             sashimi: headroom_core::spec::SashimiSpec {
                 size: None,
                 sample_len: self.sample_len,
+                quantizer: None,
             },
             planner: self.plan,
             length: self.steps.map(RunLength::Steps),

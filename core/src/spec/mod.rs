@@ -83,6 +83,8 @@ pub struct SashimiSpec {
     pub size: Option<crate::waveform::SashimiSize>,
     /// Samples in one example.
     pub sample_len: Option<usize>,
+    /// How samples become the 256 levels.
+    pub quantizer: Option<headroom_datasets::waveform::Quantizer>,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -464,7 +466,7 @@ impl RunSpec {
     /// what a plan made without a run (a what-if, a plan without a dry-run) is for.
     pub fn sized<T: crate::train::BuiltIn>(&self, model: T) -> Result<T, SpecError> {
         let c = &self.classifier;
-        let sashimi = self.sashimi.size.is_some() || self.sashimi.sample_len.is_some();
+        let sashimi = self.sashimi != SashimiSpec::default();
         if self.gan_size.is_none() && c.arch.is_none() && c.generator.is_none() && !sashimi {
             return Ok(model);
         }

@@ -121,13 +121,14 @@ impl RunSpec {
         Ok(())
     }
 
-    /// Gives `c`'s SaShiMi model the size and crop asked for; only it takes them. A crop
+    /// Gives `c`'s SaShiMi model the size, crop and quantiser asked for; only it takes them. A crop
     /// the network cannot pool is refused here, before any data is made.
     pub(super) fn sashimi_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
         let asked = &self.sashimi;
         let given_first = [
             (Setting::SashimiSize, asked.size.is_some()),
             (Setting::SampleLen, asked.sample_len.is_some()),
+            (Setting::Quantizer, asked.quantizer.is_some()),
         ];
         let Some(&(first, _)) = given_first.iter().find(|(_, given)| *given) else {
             return Ok(());
@@ -143,6 +144,7 @@ impl RunSpec {
             task.shape = size.shape();
         }
         given(&mut task.sample_len, asked.sample_len);
+        given(&mut task.quantizer, asked.quantizer);
         task.check_sample_len().map_err(SpecError::SampleLen)?;
         c.model = crate::model::ModelSpec::of(&task);
         Ok(())

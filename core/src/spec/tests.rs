@@ -545,16 +545,23 @@ mod resuming {
 fn the_sashimi_model_takes_its_size_and_crop_and_no_other_model_does() {
     use crate::spec::SashimiSpec;
     use crate::waveform::{SashimiConfig, SashimiSize};
+    use headroom_datasets::waveform::Quantizer;
     let asked = |model: Option<&str>, size, sample_len| RunSpec {
         model: model.map(String::from),
-        sashimi: SashimiSpec { size, sample_len },
+        sashimi: SashimiSpec {
+            size,
+            sample_len,
+            quantizer: None,
+        },
         ..RunSpec::default()
     };
-    let spec = asked(Some("sashimi"), Some(SashimiSize::Seed), Some(131_072));
+    let mut spec = asked(Some("sashimi"), Some(SashimiSize::Seed), Some(131_072));
+    spec.sashimi.quantizer = Some(Quantizer::Linear);
     let config = spec.train_config(flex()).unwrap();
     let task: SashimiConfig = config.model.config().unwrap();
     assert_eq!(task.shape, SashimiSize::Seed.shape());
     assert_eq!(task.sample_len, 131_072);
+    assert_eq!(task.quantizer, Quantizer::Linear);
     // A plan made without a run (a what-if) is for the same model.
     assert_eq!(spec.sized(SashimiConfig::default()).unwrap(), task);
     let uneven = asked(Some("sashimi"), None, Some(1_000))

@@ -290,6 +290,27 @@ pub struct SashimiArgs {
     /// the seed's 16000, 128000 or 131072 [default: 16000].
     #[arg(long)]
     pub sample_len: Option<usize>,
+    /// How samples become 256 levels (with --model sashimi): mu-law, fine near silence as
+    /// SaShiMi's SC09 quantises speech, or linear [default: mu-law].
+    #[arg(long, value_enum)]
+    pub quantizer: Option<QuantizerArg>,
+}
+
+/// The quantisers, as `--quantizer` takes them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantizerArg {
+    MuLaw,
+    Linear,
+}
+
+impl From<QuantizerArg> for headroom_datasets::waveform::Quantizer {
+    fn from(quantizer: QuantizerArg) -> Self {
+        use headroom_datasets::waveform::Quantizer;
+        match quantizer {
+            QuantizerArg::MuLaw => Quantizer::MuLaw,
+            QuantizerArg::Linear => Quantizer::Linear,
+        }
+    }
 }
 
 impl SashimiArgs {
@@ -297,6 +318,7 @@ impl SashimiArgs {
         headroom_core::spec::SashimiSpec {
             size: self.sashimi_size.map(Into::into),
             sample_len: self.sample_len,
+            quantizer: self.quantizer.map(Into::into),
         }
     }
 }
