@@ -240,6 +240,33 @@ fn fits_resident(store: &ClipStore, host_memory_bytes: u64) -> bool {
     }
 }
 
+/// `first()` on a second thread beside `second()` on this one, both results: making or
+/// reading a data set's audio in two halves. A web page's WebAssembly has one thread: there
+/// the two run one after the other. A panic in either is this thread's.
+pub fn side_by_side<A: Send, B>(
+    first: impl FnOnce() -> A + Send,
+    second: impl FnOnce() -> B,
+) -> (A, B) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::thread::scope(|scope| {
+            let first = scope.spawn(first);
+            let second = second();
+            (
+                first
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                second,
+            )
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let first = first();
+        (first, second())
+    }
+}
+
 /// With `Fail`, the first problem is the error; with `Skip`, each is logged and listed.
 pub fn report_bad_files(
     problems: Vec<FileError>,

@@ -10,7 +10,7 @@ use headroom_datasets::waveform::Quantizer;
 
 use super::{SashimiConfig, levels_tensor};
 use crate::config::TrainConfig;
-use crate::data::{EpochOrder, LoaderOptions, Normalization};
+use crate::data::{EpochOrder, LoaderOptions, Normalization, side_by_side};
 use crate::events::{DatasetReport, Picture, Results, ResultsRow};
 use crate::model::sashimi::Sashimi;
 use crate::readback::{self, LocalFuture};
@@ -35,27 +35,12 @@ impl WaveformData {
     /// The levels of `keys`' clips end to end.
     fn make(config: &SashimiConfig, keys: &[SpeechKey]) -> Vec<u8> {
         let clip = |key: &SpeechKey| config.quantizer.levels(&config.digits.clip(key));
-        // Two halves on two threads: making the audio is most of the work. A web page's
-        // WebAssembly has one thread.
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let (first, second) = keys.split_at(keys.len() / 2);
-            let make = |keys: &[SpeechKey]| keys.iter().flat_map(clip).collect::<Vec<u8>>();
-            let (mut levels, later) = std::thread::scope(|scope| {
-                let first = scope.spawn(|| make(first));
-                let later = make(second);
-                (
-                    first
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    later,
-                )
-            });
-            levels.extend(later);
-            levels
-        }
-        #[cfg(target_arch = "wasm32")]
-        keys.iter().flat_map(clip).collect()
+        // Two halves on two threads: making the audio is most of the work.
+        let (first, second) = keys.split_at(keys.len() / 2);
+        let make = |keys: &[SpeechKey]| keys.iter().flat_map(clip).collect::<Vec<u8>>();
+        let (mut levels, later) = side_by_side(|| make(first), || make(second));
+        levels.extend(later);
+        levels
     }
 
     /// Whole crops in `split`.
@@ -241,15 +226,10 @@ impl RunTask for SashimiConfig {
                 .clip_samples
                 .min(data.validation.levels.len());
             let from = clip.saturating_sub(samples) / 2;
-            let real: Vec<f32> = data.validation.levels[from..(from + samples).min(clip)]
-                .iter()
-                .map(|&l| data.config.quantizer.sample(l))
-                .collect();
+            let quantizer = data.config.quantizer;
+            let real = quantizer.samples(&data.validation.levels[from..(from + samples).min(clip)]);
             let made = super::sampling::sample(&network.valid(), 1, samples, 0).await?;
-            let made: Vec<f32> = made[0]
-                .iter()
-                .map(|&l| data.config.quantizer.sample(l))
-                .collect();
+            let made = quantizer.samples(&made[0]);
             Ok(Some((
                 super::picture::waveforms(&[&real, &made], 800),
                 format!(

@@ -53,7 +53,7 @@ pub fn generate_from_checkpoint(
         sample_rate: task.digits.sample_rate,
         clips: levels
             .iter()
-            .map(|clip| clip.iter().map(|&l| task.quantizer.sample(l)).collect())
+            .map(|clip| task.quantizer.samples(clip))
             .collect(),
     })
 }

@@ -49,6 +49,11 @@ impl Quantizer {
     pub fn levels(self, samples: &[f32]) -> Vec<u8> {
         samples.iter().map(|&s| self.level(s)).collect()
     }
+
+    /// The samples `levels` stand for ([`Quantizer::sample`] of each).
+    pub fn samples(self, levels: &[u8]) -> Vec<f32> {
+        levels.iter().map(|&l| self.sample(l)).collect()
+    }
 }
 
 #[cfg(test)]

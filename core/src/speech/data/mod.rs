@@ -15,7 +15,9 @@ use headroom_datasets::{LogMel, Spectrogram};
 use super::AsrConfig;
 use super::corpus::{self, Source};
 use crate::config::TrainConfig;
-use crate::data::{EpochOrder, LoaderOptions, Normalization, OnBadFile, report_bad_files};
+use crate::data::{
+    EpochOrder, LoaderOptions, Normalization, OnBadFile, report_bad_files, side_by_side,
+};
 use crate::events::DatasetReport;
 use crate::model::asr::Utterances;
 use crate::train::{TaskData, TrainError};
@@ -206,27 +208,11 @@ impl TaskData for SpeechData {
             failed
         };
         for split in [&mut self.train, &mut self.validation] {
-            // Two halves on two threads: making or reading the audio is most of the work. A
-            // web page's WebAssembly has one thread.
-            #[cfg(not(target_arch = "wasm32"))]
-            let failed = {
-                let middle = split.len() / 2;
-                let (first, second) = split.split_at_mut(middle);
-                let (mut failed, later) = std::thread::scope(|scope| {
-                    let first = scope.spawn(|| compute(first));
-                    let later = compute(second);
-                    (
-                        first
-                            .join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                        later,
-                    )
-                });
-                failed.extend(later.into_iter().map(|(i, e)| (i + middle, e)));
-                failed
-            };
-            #[cfg(target_arch = "wasm32")]
-            let failed = compute(split);
+            // Two halves on two threads: making or reading the audio is most of the work.
+            let middle = split.len() / 2;
+            let (first, second) = split.split_at_mut(middle);
+            let (mut failed, later) = side_by_side(|| compute(first), || compute(second));
+            failed.extend(later.into_iter().map(|(i, e)| (i + middle, e)));
             let bad: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
             let problems = failed.into_iter().map(|(_, e)| e).collect();
             report_bad_files(problems, self.on_bad_file, &mut self.skipped)?;
