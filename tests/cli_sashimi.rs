@@ -44,14 +44,9 @@ fn one_crop() -> (u64, u64, u64) {
     (at_one("plain"), at_one("checkpointed"), resident)
 }
 
-#[test]
-fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
-    let (plain, checkpointed, resident) = one_crop();
-    assert!(checkpointed < plain, "{checkpointed} < {plain}");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("tight");
-    let budget = format!("{}B", resident + (plain + checkpointed) / 2);
-    let args = [
+/// Two steps of the sashimi model at `budget`, into `out`.
+fn train_args<'a>(out: &'a str, budget: &'a str) -> Vec<&'a str> {
+    vec![
         "train",
         "--model",
         "sashimi",
@@ -60,12 +55,21 @@ fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
         "--steps",
         "2",
         "--memory-budget",
-        &budget,
-        "--no-eval",
-        "--json",
+        budget,
         "--out",
-        out.to_str().unwrap(),
-    ];
+        out,
+    ]
+}
+
+#[test]
+fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
+    let (plain, checkpointed, resident) = one_crop();
+    assert!(checkpointed < plain, "{checkpointed} < {plain}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tight");
+    let budget = format!("{}B", resident + (plain + checkpointed) / 2);
+    let mut args = train_args(out.to_str().unwrap(), &budget);
+    args.extend(["--no-eval", "--json"]);
     let run = run_json(&args);
     let plan = events(&run, "plan")[0];
     assert_eq!(plan["checkpointing"], true, "{plan}");
@@ -81,19 +85,7 @@ fn a_crop_is_planned_inside_itself_and_one_too_long_names_one_that_fits() {
     let too_little = format!("{}B", resident + checkpointed * 3 / 4);
     let out = dir.path().join("too-long");
     let refused = trainer_cli()
-        .args([
-            "train",
-            "--model",
-            "sashimi",
-            "--sample-len",
-            SAMPLE_LEN,
-            "--steps",
-            "2",
-            "--memory-budget",
-            &too_little,
-            "--out",
-            out.to_str().unwrap(),
-        ])
+        .args(train_args(out.to_str().unwrap(), &too_little))
         .output()
         .expect("trainer-cli starts");
     assert!(!refused.status.success());

@@ -100,11 +100,11 @@ pub fn measure<T: BuiltIn>(
     // A task whose examples are long sequences calibrates at one and two: their per-example
     // part is already most of a step, and four times its larger step (seed 004's size: 8
     // GB) is what a budget plans, not what reading it needs.
-    let precisions = match model.calibration_examples() {
-        Some(_) => None,
-        None => Some(Precision::F32),
-    };
-    for precision in precisions.into_iter().chain(half) {
+    let f32 = model
+        .calibration_examples()
+        .is_none()
+        .then_some(Precision::F32);
+    for precision in f32.into_iter().chain(half) {
         // The device's largest buffer may refuse four times the larger step (seed 000's GAN,
         // 64 whole spectrograms, on NVIDIA's Vulkan driver): halved until it runs, or left
         // out, the calibration standing without it. In host memory nothing refuses: the

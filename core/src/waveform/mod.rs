@@ -154,17 +154,11 @@ impl TrainingTask for SashimiConfig {
         batch.dims()[0]
     }
 
-    /// Levels drawn from a fast host generator: a step's memory does not depend on them.
+    /// Random levels: a step's memory does not depend on them.
     fn measuring_batch(&self, examples: usize, device: &Device) -> Tensor<2, Int> {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ examples as u64;
-        let levels: Vec<u8> = (0..examples * self.sample_len)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (state >> 56) as u8
-            })
-            .collect();
+        use rand::{RngCore, SeedableRng};
+        let mut levels = vec![0u8; examples * self.sample_len];
+        rand::rngs::SmallRng::seed_from_u64(examples as u64).fill_bytes(&mut levels);
         levels_tensor(&levels, examples, device)
     }
 
