@@ -2,7 +2,9 @@
 //! crop's step with checkpointing and without, the plan checkpoints and the run completes;
 //! below the checkpointed step, the error names the asked crop, what it needs, and a shorter
 //! crop it planned and dry-ran within the budget. Budgets come from the model's own
-//! calibration on this machine (`trainer-cli plan --json`), so the test holds on any.
+//! calibration on this machine (`trainer-cli plan --json`), so the test holds on any. A
+//! trained run generates WAV files; a folder of the user's recordings trains it, its bad
+//! files named.
 
 mod common;
 
@@ -187,4 +189,89 @@ fn a_run_generates_audio_a_wav_reader_reads_back() {
         said.contains("dcase-ae") && said.contains("sashimi"),
         "{said}"
     );
+}
+
+/// Writes `seconds` of a tone at `rate` Hz as 16-bit mono WAV.
+fn tone(path: &std::path::Path, rate: u32, seconds: f32, hz: f32) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut writer = hound::WavWriter::create(path, spec).expect("a WAV file");
+    for i in 0..(rate as f32 * seconds) as usize {
+        let phase = std::f32::consts::TAU * hz * i as f32 / rate as f32;
+        writer
+            .write_sample((phase.sin() * 12_000.0) as i16)
+            .expect("a sample");
+    }
+    writer.finalize().expect("a finished WAV file");
+}
+
+/// A user's folder of recordings trains the model: a corrupt file stops the run naming it
+/// (or is left out and listed, when asked); a file at another rate is left out as such, or
+/// resampled with `--resample`, and the test split it falls in is scored.
+#[test]
+fn a_folder_of_recordings_trains_and_its_bad_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("recordings");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (i, name) in ["a.wav", "b.wav", "c.wav", "d.wav"].iter().enumerate() {
+        tone(&folder.join(name), 16_000, 0.3, 220.0 * (i + 1) as f32);
+    }
+    // In name order the last file is the test split, the one before it validation.
+    tone(&folder.join("e_8k.wav"), 8_000, 0.3, 300.0);
+    std::fs::write(folder.join("bad.wav"), b"RIFF1234WAVEjunk").unwrap();
+    let args = |out: &str, extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "train",
+            "--model",
+            "sashimi",
+            "--waveforms",
+            folder.to_str().unwrap(),
+            "--sample-len",
+            "1024",
+            "--steps",
+            "2",
+            "--json",
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(dir.path().join(out).display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+
+    let strict = args("strict", &[]);
+    let said = common::run_failing(&strict.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        said.contains("bad.wav") && said.contains("--on-bad-file skip"),
+        "{said}"
+    );
+
+    let skipped = args("skipped", &["--on-bad-file", "skip"]);
+    let run = run_json(&skipped.iter().map(String::as_str).collect::<Vec<_>>());
+    let dataset = events(&run, "dataset")[0];
+    let listed = dataset["skipped"].to_string();
+    assert!(
+        listed.contains("bad.wav") && listed.contains("e_8k.wav: sample rate 8000 Hz"),
+        "{dataset}"
+    );
+    assert_eq!(dataset["test_clips"], 0, "{dataset}");
+    assert_eq!(events(&run, "finished")[0]["step"], 2);
+
+    let resampled = args("resampled", &["--on-bad-file", "skip", "--resample"]);
+    let run = run_json(&resampled.iter().map(String::as_str).collect::<Vec<_>>());
+    let dataset = events(&run, "dataset")[0];
+    assert!(
+        dataset["source"].as_str().unwrap().contains("1 resampled"),
+        "{dataset}"
+    );
+    // 0.3 s at 16 kHz, one crop of 1,024 samples in 4,800.
+    assert_eq!(dataset["test_clips"], 4, "{dataset}");
+    let rows = events(&run, "results")[0]["rows"].to_string();
+    assert!(rows.contains("\"test\""), "{rows}");
 }

@@ -54,6 +54,8 @@ pub enum Setting {
     SampleLen,
     /// How a waveform model's samples become levels.
     Quantizer,
+    /// A waveform model's folder of recordings.
+    Waveforms,
     /// The classifier's network.
     ClassifierArch,
     /// The GAN run whose generator a classifier mixes patches from.
@@ -112,6 +114,7 @@ impl Setting {
             Setting::SashimiSize => "the SaShiMi model's size",
             Setting::SampleLen => "the crop's length in samples",
             Setting::Quantizer => "the quantiser",
+            Setting::Waveforms => "the waveform recordings",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",
             Setting::GeneratedShare => "the share of generated patches",

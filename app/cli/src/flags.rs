@@ -45,6 +45,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::SashimiSize => "--sashimi-size",
         Setting::SampleLen => "--sample-len",
         Setting::Quantizer => "--quantizer",
+        Setting::Waveforms => "--waveforms",
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",
         Setting::GeneratedShare => "--generated-share",

@@ -253,6 +253,7 @@ mod tests {
                 size: Some(headroom_core::waveform::SashimiSize::Seed),
                 sample_len: Some(131_072),
                 quantizer: Some(headroom_datasets::waveform::Quantizer::Linear),
+                waveforms: Some("recordings/piano".into()),
             },
         }
     }

@@ -292,7 +292,7 @@ impl PageSettings {
             sashimi: headroom_core::spec::SashimiSpec {
                 size: None,
                 sample_len: self.sample_len,
-                quantizer: None,
+                ..Default::default()
             },
             planner: self.plan,
             length: self.steps.map(RunLength::Steps),

@@ -77,7 +77,7 @@ pub struct RunSpec {
 }
 
 /// A `sashimi` run's own settings.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SashimiSpec {
     pub size: Option<crate::waveform::SashimiSize>,
@@ -85,6 +85,9 @@ pub struct SashimiSpec {
     pub sample_len: Option<usize>,
     /// How samples become the 256 levels.
     pub quantizer: Option<headroom_datasets::waveform::Quantizer>,
+    /// A folder of WAV and FLAC recordings instead of the built-in spoken digits, taken at
+    /// the data's sample rate (16 kHz unless given; another rate converted with resampling).
+    pub waveforms: Option<PathBuf>,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -244,6 +247,8 @@ pub enum SpecError {
     GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
     SpeechWith(Setting),
+    /// Waveform recordings and a setting of another kind of data.
+    WaveformsWith(Setting),
     Model(ModelError),
     Request(RequestError),
     UnknownDevice(UnknownDevice),
@@ -330,6 +335,14 @@ impl Described for SpecError {
                 words.setting(*setting),
                 words.setting(Setting::SpeechTrain)
             ),
+            SpecError::WaveformsWith(setting) => format!(
+                "{} describes another kind of data; a waveform run reads {} alone (with {} and \
+                 {})",
+                words.setting(*setting),
+                words.setting(Setting::Waveforms),
+                words.setting(Setting::SampleRate),
+                words.setting(Setting::Resample)
+            ),
             SpecError::Model(error) => error.describe(words),
             SpecError::Request(error) => error.describe(words),
             SpecError::UnknownDevice(error) => error.to_string(),
@@ -380,6 +393,10 @@ impl RunSpec {
             (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
             (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
         ];
+        let waveforms = self.sashimi.waveforms.is_some();
+        // A waveform run's recordings take the sample rate and resampling, and refuse the rest
+        // in their own words (`sashimi_into`).
+        let for_recordings = for_recordings.map(|(setting, given)| (setting, given && !waveforms));
         let Some(root) = &d.root else {
             if let Some((setting, _)) = for_recordings.iter().find(|(_, given)| *given) {
                 return Err(SpecError::ForRecordings(*setting));
@@ -549,5 +566,7 @@ impl RunSpec {
     }
 }
 
+#[cfg(test)]
+mod sashimi_tests;
 #[cfg(test)]
 mod tests;

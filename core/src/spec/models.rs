@@ -8,7 +8,7 @@ use crate::contrastive::ContrastiveConfig;
 use crate::setting::Setting;
 use crate::speech::AsrConfig;
 
-use crate::waveform::SashimiConfig;
+use crate::waveform::{SashimiConfig, WaveformFolder};
 
 use super::{CLASSIFIER, CONTRASTIVE, RECOGNISER, RunSpec, SASHIMI, SpecError, given};
 
@@ -121,14 +121,16 @@ impl RunSpec {
         Ok(())
     }
 
-    /// Gives `c`'s SaShiMi model the size, crop and quantiser asked for; only it takes them. A crop
-    /// the network cannot pool is refused here, before any data is made.
+    /// Gives `c`'s SaShiMi model the size, crop, quantiser and recordings asked for; only it
+    /// takes them. A crop the network cannot pool is refused here, before any data is made,
+    /// and so is a setting of another kind of data beside the recordings.
     pub(super) fn sashimi_into(&self, c: &mut TrainConfig) -> Result<(), SpecError> {
         let asked = &self.sashimi;
         let given_first = [
             (Setting::SashimiSize, asked.size.is_some()),
             (Setting::SampleLen, asked.sample_len.is_some()),
             (Setting::Quantizer, asked.quantizer.is_some()),
+            (Setting::Waveforms, asked.waveforms.is_some()),
         ];
         let Some(&(first, _)) = given_first.iter().find(|(_, given)| *given) else {
             return Ok(());
@@ -145,6 +147,26 @@ impl RunSpec {
         }
         given(&mut task.sample_len, asked.sample_len);
         given(&mut task.quantizer, asked.quantizer);
+        if let Some(root) = &asked.waveforms {
+            let d = &self.data;
+            let other_data = [
+                (Setting::DataRoot, d.root.is_some()),
+                (Setting::MachineType, d.machine_type.is_some()),
+                (Setting::NMels, d.n_mels.is_some()),
+                (Setting::MachineIds, d.machine_ids.is_some()),
+                (Setting::TrainClipsPerId, d.train_clips_per_id.is_some()),
+                (Setting::TestClipsPerId, d.test_clips_per_id.is_some()),
+                (Setting::SpeechTrain, d.speech.is_some()),
+            ];
+            if let Some((setting, _)) = other_data.iter().find(|(_, given)| *given) {
+                return Err(SpecError::WaveformsWith(*setting));
+            }
+            task.folder = Some(WaveformFolder {
+                root: root.clone(),
+                sample_rate: d.sample_rate.unwrap_or(task.digits.sample_rate),
+                resample: d.resample,
+            });
+        }
         task.check_sample_len().map_err(SpecError::SampleLen)?;
         c.model = crate::model::ModelSpec::of(&task);
         Ok(())

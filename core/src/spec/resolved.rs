@@ -33,9 +33,10 @@ impl RunSpec {
             spec.memory.precision = Some(config.precision);
         }
         // The built-in dataset's sizes, where the run reads it.
+        let recordings = spec.sashimi.waveforms.is_some();
         let data = &mut spec.data;
-        if let (None, None, DatasetSource::Synthetic(built_in)) =
-            (&data.root, &data.speech, &config.dataset)
+        if let (None, None, false, DatasetSource::Synthetic(built_in)) =
+            (&data.root, &data.speech, recordings, &config.dataset)
         {
             data.machine_ids = Some(built_in.machine_ids);
             data.train_clips_per_id = Some(built_in.train_per_id);
@@ -91,6 +92,16 @@ mod tests {
                 assert_eq!(resolved.split.micro_batch.is_some(), !planner);
             }
         }
+        // A run of recordings keeps no sizes of the built-in machine sounds, which it refuses.
+        let waveforms = RunSpec {
+            model: Some("sashimi".into()),
+            sashimi: crate::spec::SashimiSpec {
+                waveforms: Some("recordings".into()),
+                ..Default::default()
+            },
+            ..RunSpec::default()
+        };
+        assert_eq!(same_run(&waveforms).data.machine_ids, None);
         // The default model, unnamed: named in the file.
         let resolved = same_run(&RunSpec::default());
         assert_eq!(resolved.model_name(), RunSpec::default().model_name());

@@ -1,25 +1,37 @@
-//! The waveform task's data: each split's clips made (the built-in spoken digits), quantised
-//! to 8-bit levels and laid end to end, then cut into crops of the run's `sample_len`; the
-//! train stream of shuffled epochs of crops; and what the loop measures on the held-out
-//! splits (NLL in bits per sample).
+//! The waveform task's data: each split's clips ([`Clips`]: the built-in spoken digits or a
+//! user's folder of recordings) quantised to 8-bit levels and laid end to end, then cut into
+//! crops of the run's `sample_len`; the train stream of shuffled epochs of crops; and what
+//! the loop measures on the held-out splits (NLL in bits per sample).
 
 use burn::module::Module;
 use burn::tensor::Device;
-use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
 use headroom_datasets::waveform::Quantizer;
 
+use super::source::{Clips, Made};
 use super::{SashimiConfig, levels_tensor};
 use crate::config::TrainConfig;
-use crate::data::{EpochOrder, LoaderOptions, Normalization, side_by_side};
+use crate::data::{EpochOrder, LoaderOptions, Normalization, OnBadFile, report_bad_files};
 use crate::events::{DatasetReport, Picture, Results, ResultsRow};
 use crate::model::sashimi::Sashimi;
 use crate::readback::{self, LocalFuture};
 use crate::train::{EvalBatches, Evaluation, RunTask, TaskData, TrainError};
 
-/// One split: its clips' keys and, once made, their levels end to end.
+/// One split: its clips and, once made or read, their levels end to end.
 pub(super) struct Split {
-    keys: Vec<SpeechKey>,
+    clips: Clips,
     pub(super) levels: Vec<u8>,
+    /// Samples in the split's first clip, where the validation picture is taken from.
+    first_clip: usize,
+}
+
+impl Split {
+    fn new(clips: Clips) -> Self {
+        Self {
+            clips,
+            levels: Vec::new(),
+            first_clip: 0,
+        }
+    }
 }
 
 pub struct WaveformData {
@@ -29,18 +41,28 @@ pub struct WaveformData {
     test: Split,
     order: EpochOrder,
     seed: u64,
+    on_bad_file: OnBadFile,
+    /// Files left out as unreadable, in words.
+    skipped: Vec<String>,
+    resampled: usize,
 }
 
 impl WaveformData {
-    /// The levels of `keys`' clips end to end.
-    fn make(config: &SashimiConfig, keys: &[SpeechKey]) -> Vec<u8> {
-        let clip = |key: &SpeechKey| config.quantizer.levels(&config.digits.clip(key));
-        // Two halves on two threads: making the audio is most of the work.
-        let (first, second) = keys.split_at(keys.len() / 2);
-        let make = |keys: &[SpeechKey]| keys.iter().flat_map(clip).collect::<Vec<u8>>();
-        let (mut levels, later) = side_by_side(|| make(first), || make(second));
-        levels.extend(later);
-        levels
+    /// Makes or reads `split`'s levels; its bad files fail the run or are left out, as
+    /// the run's `on_bad_file` says.
+    fn fill(&mut self, which: fn(&mut Self) -> &mut Split) -> Result<(), TrainError> {
+        let Made {
+            levels,
+            first_clip,
+            problems,
+            resampled,
+        } = which(self).clips.clone().levels(&self.config);
+        report_bad_files(problems, self.on_bad_file, &mut self.skipped)?;
+        self.resampled += resampled;
+        let split = which(self);
+        split.levels = levels;
+        split.first_clip = first_clip;
+        Ok(())
     }
 
     /// Whole crops in `split`.
@@ -69,22 +91,65 @@ impl WaveformData {
         }
         Ok(sum / crops.max(1) as f64 / std::f64::consts::LN_2)
     }
+
+    /// Where the clips came from, in words.
+    fn source(&self) -> String {
+        let quantizer = match self.config.quantizer {
+            Quantizer::MuLaw => "mu-law",
+            Quantizer::Linear => "linear",
+        };
+        let files = [&self.train, &self.validation, &self.test].map(|s| s.clips.len());
+        let crops = format!(
+            "each split's clips end to end in crops of {} samples",
+            self.config.sample_len
+        );
+        match &self.config.folder {
+            Some(folder) => format!(
+                "the WAV and FLAC files under {} ({} train, {} validation, {} test; at {} Hz, \
+                 {}{quantizer} 8-bit), {crops}",
+                folder.root.display(),
+                files[0],
+                files[1],
+                files[2],
+                folder.sample_rate,
+                match self.resampled {
+                    0 => String::new(),
+                    n => format!("{n} resampled, "),
+                }
+            ),
+            None => {
+                let digits = &self.config.digits;
+                format!(
+                    "generated spoken digits ({} voices, seed {}, {} clips of {} samples at {} \
+                     Hz, {quantizer} 8-bit), {crops}",
+                    digits.voices,
+                    digits.seed,
+                    files.iter().sum::<usize>(),
+                    digits.clip_samples,
+                    digits.sample_rate,
+                )
+            }
+        }
+    }
 }
 
 impl TaskData for WaveformData {
     type Batch = burn::tensor::Tensor<2, burn::tensor::Int>;
 
-    /// Makes the train and validation clips; refuses a train split shorter than one crop.
+    /// Makes or reads the train and validation clips (and a folder's test files, so that a
+    /// bad one is said before training); refuses a train split shorter than one crop.
     fn check(&mut self) -> Result<(), TrainError> {
         self.config.check_sample_len().map_err(TrainError::Task)?;
-        for split in [&mut self.train, &mut self.validation] {
-            split.levels = Self::make(&self.config, &split.keys);
+        self.fill(|data| &mut data.train)?;
+        self.fill(|data| &mut data.validation)?;
+        if self.config.folder.is_some() {
+            self.fill(|data| &mut data.test)?;
         }
         let crops = self.crops(&self.train);
         if crops == 0 {
             return Err(TrainError::Task(format!(
                 "the train split holds {} samples, fewer than one crop of {}: ask for a \
-                 shorter crop or more train clips",
+                 shorter crop (--sample-len) or more train clips",
                 self.train.levels.len(),
                 self.config.sample_len
             )));
@@ -102,7 +167,12 @@ impl TaskData for WaveformData {
     }
 
     fn test_examples(&self) -> usize {
-        self.config.digits.clip_samples * self.test.keys.len() / self.config.sample_len.max(1)
+        match &self.test.clips {
+            Clips::Digits(keys) => {
+                self.config.digits.clip_samples * keys.len() / self.config.sample_len.max(1)
+            }
+            Clips::Files(_) => self.crops(&self.test),
+        }
     }
 
     /// Stream positions are epochs of the train crops, each shuffled by the seed and its
@@ -138,29 +208,15 @@ impl TaskData for WaveformData {
     fn keep_normalization(&mut self, _: Normalization) {}
 
     fn report(&self, _: &TrainConfig, loader: &LoaderOptions) -> DatasetReport {
-        let digits = &self.config.digits;
         DatasetReport {
-            source: format!(
-                "generated spoken digits ({} voices, seed {}, {} clips of {} samples at {} Hz, \
-                 {} 8-bit), each split's clips end to end in crops of {} samples",
-                digits.voices,
-                digits.seed,
-                self.train.keys.len() + self.validation.keys.len() + self.test.keys.len(),
-                digits.clip_samples,
-                digits.sample_rate,
-                match self.config.quantizer {
-                    Quantizer::MuLaw => "mu-law",
-                    Quantizer::Linear => "linear",
-                },
-                self.config.sample_len
-            ),
+            source: self.source(),
             machine_types: Vec::new(),
             train_clips: self.train_examples(),
             validation_clips: self.validation_examples(),
             test_clips: self.test_examples(),
             resident: true,
             host_memory_bytes: loader.host_memory_bytes,
-            skipped: Vec::new(),
+            skipped: self.skipped.clone(),
         }
     }
 }
@@ -171,19 +227,11 @@ impl RunTask for SashimiConfig {
     fn open(
         self,
         config: &TrainConfig,
-        _: &LoaderOptions,
+        loader: &LoaderOptions,
     ) -> Result<(Self, WaveformData), TrainError> {
         self.check_sample_len().map_err(TrainError::Task)?;
-        let keys = self.digits.keys();
-        let [train, validation, test] = [
-            SpeechSplit::Train,
-            SpeechSplit::Validation,
-            SpeechSplit::Test,
-        ]
-        .map(|split| Split {
-            keys: keys.iter().filter(|k| k.split == split).cloned().collect(),
-            levels: Vec::new(),
-        });
+        let [train, validation, test] =
+            Clips::of(&self).map_err(|e| TrainError::Task(e.to_string()))?.map(Split::new);
         let data = WaveformData {
             config: self.clone(),
             train,
@@ -191,6 +239,9 @@ impl RunTask for SashimiConfig {
             test,
             order: EpochOrder::new(config.seed, 1),
             seed: config.seed,
+            on_bad_file: loader.on_bad_file,
+            skipped: Vec::new(),
+            resampled: 0,
         };
         Ok((self, data))
     }
@@ -217,14 +268,10 @@ impl RunTask for SashimiConfig {
         _: &'a Device,
     ) -> LocalFuture<'a, Result<Option<(Picture, String)>, TrainError>> {
         Box::pin(async move {
-            let rate = data.config.digits.sample_rate as usize;
+            let rate = data.config.sample_rate() as usize;
             let samples = (rate / 4).max(1);
-            // The middle of the first clip, where its word is.
-            let clip = data
-                .config
-                .digits
-                .clip_samples
-                .min(data.validation.levels.len());
+            // The middle of the first clip, where a digit's word is.
+            let clip = data.validation.first_clip.min(data.validation.levels.len());
             let from = clip.saturating_sub(samples) / 2;
             let quantizer = data.config.quantizer;
             let real = quantizer.samples(&data.validation.levels[from..(from + samples).min(clip)]);
@@ -251,12 +298,21 @@ impl RunTask for SashimiConfig {
     ) -> LocalFuture<'a, Result<Evaluation, TrainError>> {
         Box::pin(async move {
             let network = network.valid();
-            let test = Split {
-                levels: WaveformData::make(&data.config, &data.test.keys),
-                keys: Vec::new(),
+            // The built-in test clips are made only now; a folder's were read at the start.
+            let made;
+            let test = match &data.test.clips {
+                Clips::Digits(_) if data.test.levels.is_empty() => {
+                    made = Split {
+                        levels: data.test.clips.levels(&data.config).levels,
+                        clips: Clips::Digits(Vec::new()),
+                        first_clip: 0,
+                    };
+                    &made
+                }
+                _ => &data.test,
             };
             let mut rows = Vec::new();
-            for (label, split) in [("validation", &data.validation), ("test", &test)] {
+            for (label, split) in [("validation", &data.validation), ("test", test)] {
                 let crops = data.crops(split);
                 if crops == 0 {
                     continue;

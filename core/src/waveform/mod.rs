@@ -2,7 +2,8 @@
 //! trained autoregressively on 8-bit levels of waveforms (seed 004's system), each example a
 //! crop of `sample_len` samples, measured by its negative log-likelihood in bits per sample.
 //! Its data is the built-in spoken digits (`headroom_datasets::waveform::digits`, SC09's
-//! kind), each split's clips end to end cut into crops ([`data`]).
+//! kind) or a user's folder of WAV and FLAC files ([`source`]), each split's clips end to
+//! end cut into crops ([`data`]).
 //!
 //! A crop is one example: the planner moves the crops per micro-batch and the accumulation
 //! as for any other task, and a step's memory grows with the crop's length.
@@ -12,6 +13,7 @@ mod data;
 pub mod generate;
 mod picture;
 mod sampling;
+mod source;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +31,7 @@ use crate::task::{Crop, StepContext, TrainingTask};
 use crate::train::BuiltIn;
 
 pub use data::WaveformData;
+pub use source::WaveformFolder;
 
 /// The network's presets by name: `seed` is seed 004's d_model 64, 8 layers, pool [4, 4]
 /// (SaShiMi's SC09 model), `small` the CPU default.
@@ -56,8 +59,11 @@ pub struct SashimiConfig {
     /// ([`SashimiShape::length_multiple`]).
     pub sample_len: usize,
     pub quantizer: Quantizer,
-    /// The built-in spoken digits.
+    /// The built-in spoken digits, the data where no folder is given.
     pub digits: DigitsConfig,
+    /// A user's folder of recordings instead of the built-in digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<WaveformFolder>,
 }
 
 impl Default for SashimiConfig {
@@ -67,6 +73,7 @@ impl Default for SashimiConfig {
             sample_len: DEFAULT_SAMPLE_LEN,
             quantizer: Quantizer::MuLaw,
             digits: DigitsConfig::default(),
+            folder: None,
         }
     }
 }
@@ -79,6 +86,14 @@ impl NamedConfig for SashimiConfig {
 }
 
 impl SashimiConfig {
+    /// The rate of the run's samples: its folder's, else the built-in digits'.
+    pub fn sample_rate(&self) -> u32 {
+        match &self.folder {
+            Some(folder) => folder.sample_rate,
+            None => self.digits.sample_rate,
+        }
+    }
+
     /// Refuses a crop the network cannot pool exactly, naming the nearest lengths it can.
     pub fn check_sample_len(&self) -> Result<(), String> {
         let multiple = self.shape.length_multiple();

@@ -294,6 +294,13 @@ pub struct SashimiArgs {
     /// SaShiMi's SC09 quantises speech, or linear [default: mu-law].
     #[arg(long, value_enum)]
     pub quantizer: Option<QuantizerArg>,
+    /// A folder of WAV and FLAC recordings for a waveform model (with --model sashimi)
+    /// instead of the built-in spoken digits: train/, validation/ (or valid/, val/) and test/
+    /// subfolders where it has them, else its files in name order with the last twentieth
+    /// for test and the one before for validation. At --sample-rate (16000 unless given);
+    /// files at another rate are an error unless --resample is given.
+    #[arg(long)]
+    pub waveforms: Option<PathBuf>,
 }
 
 /// The quantisers, as `--quantizer` takes them.
@@ -319,6 +326,7 @@ impl SashimiArgs {
             size: self.sashimi_size.map(Into::into),
             sample_len: self.sample_len,
             quantizer: self.quantizer.map(Into::into),
+            waveforms: self.waveforms.clone(),
         }
     }
 }
