@@ -56,6 +56,8 @@ pub enum Setting {
     Quantizer,
     /// A waveform model's folder of recordings.
     Waveforms,
+    /// The components of a waveform model's mixture-of-logistics head.
+    Mixtures,
     /// The classifier's network.
     ClassifierArch,
     /// The GAN run whose generator a classifier mixes patches from.
@@ -115,6 +117,7 @@ impl Setting {
             Setting::SampleLen => "the crop's length in samples",
             Setting::Quantizer => "the quantiser",
             Setting::Waveforms => "the waveform recordings",
+            Setting::Mixtures => "the mixture head's components",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",
             Setting::GeneratedShare => "the share of generated patches",

@@ -254,6 +254,7 @@ mod tests {
                 sample_len: Some(131_072),
                 quantizer: Some(headroom_datasets::waveform::Quantizer::Linear),
                 waveforms: Some("recordings/piano".into()),
+                mixtures: Some(6),
             },
         }
     }

@@ -185,6 +185,7 @@ fn take(id: &str, flags: &RunSpec, into: &mut RunSpec) -> bool {
         "sample_len" => into.sashimi.sample_len = flags.sashimi.sample_len,
         "quantizer" => into.sashimi.quantizer = flags.sashimi.quantizer,
         "waveforms" => into.sashimi.waveforms = flags.sashimi.waveforms.clone(),
+        "mixtures" => into.sashimi.mixtures = flags.sashimi.mixtures,
         "batch_size" => into.split.micro_batch = flags.split.micro_batch,
         "n_patches" => into.split.n_patches = flags.split.n_patches,
         "gradient_accumulation_steps" => into.split.accumulation = flags.split.accumulation,

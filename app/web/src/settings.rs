@@ -43,6 +43,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "sample_len",
         "samples in one crop of model=sashimi, a multiple of 16",
     ),
+    (
+        "mixtures",
+        "components of model=sashimi's mixture-of-logistics head (the seed's 6)",
+    ),
     ("steps", "optimizer steps to train"),
     ("seed", "the run's seed"),
     ("lr", "peak learning rate"),
@@ -107,6 +111,7 @@ pub struct PageSettings {
     pub model: Option<String>,
     pub classifier: Option<ClassifierArch>,
     pub sample_len: Option<usize>,
+    pub mixtures: Option<usize>,
     pub steps: Option<u64>,
     pub seed: Option<u64>,
     pub lr: Option<f64>,
@@ -198,6 +203,7 @@ impl PageSettings {
                     })
                 }
                 "sample_len" => s.sample_len = Some(positive("sample_len", v)?),
+                "mixtures" => s.mixtures = Some(positive("mixtures", v)?),
                 "steps" => s.steps = Some(positive("steps", v)? as u64),
                 "seed" => s.seed = Some(number("seed", v, "a whole number")?),
                 "lr" => {
@@ -292,6 +298,7 @@ impl PageSettings {
             sashimi: headroom_core::spec::SashimiSpec {
                 size: None,
                 sample_len: self.sample_len,
+                mixtures: self.mixtures,
                 ..Default::default()
             },
             planner: self.plan,
@@ -309,6 +316,7 @@ fn key(setting: Setting) -> Option<&'static str> {
         Setting::Model => "model",
         Setting::ClassifierArch => "classifier",
         Setting::SampleLen => "sample_len",
+        Setting::Mixtures => "mixtures",
         Setting::LearningRate => "lr",
         Setting::Seed => "seed",
         Setting::MicroBatch => "batch",
@@ -502,9 +510,10 @@ mod tests {
     #[test]
     fn the_sashimi_model_takes_its_crop_from_the_address() {
         use headroom_core::waveform::SashimiConfig;
-        let c = config("model=sashimi&sample_len=4096", None).unwrap();
+        let c = config("model=sashimi&sample_len=4096&mixtures=6", None).unwrap();
         let task: SashimiConfig = c.model.config().unwrap();
         assert_eq!(task.sample_len, 4096);
+        assert_eq!(task.shape.mixtures, 6);
         let uneven = config("model=sashimi&sample_len=1000", None).unwrap_err();
         assert!(
             uneven.contains("`sample_len`") && uneven.contains("multiple of 16"),

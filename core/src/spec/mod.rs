@@ -88,6 +88,9 @@ pub struct SashimiSpec {
     /// A folder of WAV and FLAC recordings instead of the built-in spoken digits, taken at
     /// the data's sample rate (16 kHz unless given; another rate converted with resampling).
     pub waveforms: Option<PathBuf>,
+    /// A discretized mixture of logistics head of this many components instead of the
+    /// 256-way categorical one.
+    pub mixtures: Option<usize>,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -243,6 +246,8 @@ pub enum SpecError {
     },
     /// A crop the network cannot pool: the reason, with the nearest lengths it can.
     SampleLen(String),
+    /// A mixture head of no components.
+    NoMixtures,
     /// A share of generated patches without a generator, or outside (0, 1].
     GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
@@ -321,6 +326,11 @@ impl Described for SpecError {
             SpecError::SampleLen(reason) => {
                 format!("{}: {reason}", words.setting(Setting::SampleLen))
             }
+            SpecError::NoMixtures => format!(
+                "{} takes 1 component or more (the seed's 6); leave it out for the 256-way \
+                 categorical head",
+                words.setting(Setting::Mixtures)
+            ),
             SpecError::GeneratedShare(None) => format!(
                 "{} needs {}, the spec-gan run whose generator makes the patches",
                 words.setting(Setting::GeneratedShare),

@@ -131,6 +131,7 @@ impl RunSpec {
             (Setting::SampleLen, asked.sample_len.is_some()),
             (Setting::Quantizer, asked.quantizer.is_some()),
             (Setting::Waveforms, asked.waveforms.is_some()),
+            (Setting::Mixtures, asked.mixtures.is_some()),
         ];
         let Some(&(first, _)) = given_first.iter().find(|(_, given)| *given) else {
             return Ok(());
@@ -147,6 +148,11 @@ impl RunSpec {
         }
         given(&mut task.sample_len, asked.sample_len);
         given(&mut task.quantizer, asked.quantizer);
+        match asked.mixtures {
+            Some(0) => return Err(SpecError::NoMixtures),
+            Some(n) => task.shape.mixtures = n,
+            None => {}
+        }
         if let Some(root) = &asked.waveforms {
             let d = &self.data;
             let other_data = [

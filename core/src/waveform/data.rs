@@ -230,8 +230,9 @@ impl RunTask for SashimiConfig {
         loader: &LoaderOptions,
     ) -> Result<(Self, WaveformData), TrainError> {
         self.check_sample_len().map_err(TrainError::Task)?;
-        let [train, validation, test] =
-            Clips::of(&self).map_err(|e| TrainError::Task(e.to_string()))?.map(Split::new);
+        let [train, validation, test] = Clips::of(&self)
+            .map_err(|e| TrainError::Task(e.to_string()))?
+            .map(Split::new);
         let data = WaveformData {
             config: self.clone(),
             train,

@@ -45,9 +45,7 @@ pub fn generate_from_checkpoint(
         (task.networks(&device), task.optimizer())
     })?;
     let network = loaded.model.valid();
-    let samples = (seconds * f64::from(task.sample_rate()))
-        .round()
-        .max(1.0) as usize;
+    let samples = (seconds * f64::from(task.sample_rate())).round().max(1.0) as usize;
     let levels = crate::readback::block_on(sample(&network, clips, samples, seed))?;
     Ok(Generated {
         sample_rate: task.sample_rate(),

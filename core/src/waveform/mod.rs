@@ -211,7 +211,12 @@ impl TrainingTask for SashimiConfig {
             }
         }
         let per_sample = per_sample.ceil() as u64;
-        let head = 3 * LEVELS as u64;
+        // The logits and their log-softmax and gradient; or about 20 values per mixture
+        // component, the mixture loss's intermediates.
+        let head = match shape.mixtures {
+            0 => 3 * LEVELS as u64,
+            n => 20 * n as u64,
+        };
         AnalyticStep {
             parameters: 4 * self.parameters(),
             activations: examples as u64 * self.sample_len as u64 * 4 * (per_sample + head),

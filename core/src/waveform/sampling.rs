@@ -1,5 +1,5 @@
-//! Levels sampled one at a time from the network's categorical head ([`Stepper`]), each
-//! drawn from the softmax of its logits given the ones drawn before it.
+//! Levels sampled one at a time from the network's head ([`Stepper`]), each drawn from its
+//! probabilities of the 256 levels given the ones drawn before it.
 
 use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -27,7 +27,7 @@ pub async fn sample(
     let mut drawn = vec![Vec::with_capacity(samples); clips];
     for _ in 0..samples {
         let inputs = Tensor::<1, Int>::from_data(TensorData::new(fed.clone(), [clips]), &device);
-        let probabilities = burn::tensor::activation::softmax(stepper.step(inputs), 1);
+        let probabilities = network.level_probabilities(stepper.step(inputs));
         let values = readback::floats(probabilities).await?;
         for (clip, row) in values.chunks_exact(LEVELS).enumerate() {
             let level = draw(row, rng.random::<f32>());

@@ -132,9 +132,8 @@ fn audio_files(dir: &Path) -> Result<Vec<PathBuf>, FolderError> {
 }
 
 fn is_audio(path: &Path) -> bool {
-    path.extension().is_some_and(|e| {
-        e.eq_ignore_ascii_case("wav") || e.eq_ignore_ascii_case("flac")
-    })
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("wav") || e.eq_ignore_ascii_case("flac"))
 }
 
 #[cfg(test)]

@@ -301,6 +301,10 @@ pub struct SashimiArgs {
     /// files at another rate are an error unless --resample is given.
     #[arg(long)]
     pub waveforms: Option<PathBuf>,
+    /// A discretized mixture of logistics head of N components (with --model sashimi), as
+    /// seed 004's SaShiMi trains with 6, instead of the 256-way categorical head.
+    #[arg(long, value_name = "N")]
+    pub mixtures: Option<usize>,
 }
 
 /// The quantisers, as `--quantizer` takes them.
@@ -327,6 +331,7 @@ impl SashimiArgs {
             sample_len: self.sample_len,
             quantizer: self.quantizer.map(Into::into),
             waveforms: self.waveforms.clone(),
+            mixtures: self.mixtures,
         }
     }
 }

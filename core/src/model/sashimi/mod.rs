@@ -5,10 +5,12 @@
 //! (a reshape and a linear layer, the channels multiplied by `expand`), processed at the
 //! coarsest resolution, then pooled up again with the skip of each resolution added; the
 //! up-pooling shifts its output one pooled step late, so that no position sees a sample
-//! at or after its own. An embedding of the levels in, a 256-way categorical head out.
+//! at or after its own. An embedding of the levels in; out, a 256-way categorical head or
+//! a discretized mixture of logistics ([`mixture`]), as seed 004's system trains.
 //!
 //! The network; `crate::waveform` trains it as the `sashimi` model.
 
+pub mod mixture;
 mod recurrent;
 pub mod s4d;
 #[cfg(test)]
@@ -42,6 +44,14 @@ pub struct SashimiShape {
     pub expand: usize,
     /// S4D's state size (half as many complex modes).
     pub d_state: usize,
+    /// Components of the discretized mixture of logistics head; 0 for the 256-way
+    /// categorical head.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mixtures: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl SashimiShape {
@@ -53,6 +63,7 @@ impl SashimiShape {
             pool: vec![4, 4],
             expand: 2,
             d_state: 32,
+            mixtures: 0,
         }
     }
 
@@ -64,6 +75,15 @@ impl SashimiShape {
             pool: vec![4, 4],
             expand: 2,
             d_state: 64,
+            mixtures: 0,
+        }
+    }
+
+    /// Outputs of the head at each position.
+    pub fn head_width(&self) -> usize {
+        match self.mixtures {
+            0 => LEVELS,
+            n => mixture::width(n),
         }
     }
 
@@ -84,7 +104,7 @@ impl SashimiShape {
             self.n_layers as u64 * (s4 + feed_forward)
         };
         let mut total = (LEVELS * self.d_model) as u64 + norm(self.d_model);
-        total += linear(self.d_model, LEVELS) + blocks(self.d_model);
+        total += linear(self.d_model, self.head_width()) + blocks(self.d_model);
         let mut h = self.d_model;
         for &factor in &self.pool {
             total += linear(h * factor, h * self.expand);
@@ -130,7 +150,8 @@ impl SashimiShape {
             center,
             up,
             norm: LayerNormConfig::new(self.d_model).init(device),
-            head: LinearConfig::new(self.d_model, LEVELS).init(device),
+            head: LinearConfig::new(self.d_model, self.head_width()).init(device),
+            mixtures: self.mixtures,
         }
     }
 }
@@ -246,11 +267,13 @@ pub struct Sashimi {
     up: Vec<UpStage>,
     norm: LayerNorm,
     head: Linear,
+    /// As [`SashimiShape::mixtures`].
+    mixtures: usize,
 }
 
 impl Sashimi {
-    /// The logits of each position's next level, `[batch, length, LEVELS]`, from the levels
-    /// fed (`[batch, length]`; the first a start level, then the samples before each
+    /// The head's outputs at each position, `[batch, length, head width]` (the logits of the
+    /// next level, or its mixture's parameters), from the levels fed (`[batch, length]`; the first a start level, then the samples before each
     /// position's own).
     pub fn forward(&self, inputs: Tensor<2, Int>) -> Tensor<3> {
         let mut x = self.embedding.forward(inputs);
@@ -281,10 +304,22 @@ impl Sashimi {
     /// each sample predicted from the ones before it.
     pub fn nll(&self, levels: Tensor<2, Int>) -> Tensor<1> {
         let [batch, length] = levels.dims();
-        let inputs = shifted_inputs(levels.clone());
-        let log_probs = log_softmax(self.forward(inputs), 2);
+        let outputs = self.forward(shifted_inputs(levels.clone()));
+        if self.mixtures > 0 {
+            return mixture::log_likelihood(outputs, levels).mean().neg();
+        }
+        let log_probs = log_softmax(outputs, 2);
         let picked = log_probs.gather(2, levels.reshape([batch, length, 1]));
         picked.mean().neg()
+    }
+
+    /// Each row's probability of every level, `[rows, LEVELS]`, from the head's outputs at
+    /// one position (`[rows, head width]`).
+    pub fn level_probabilities(&self, outputs: Tensor<2>) -> Tensor<2> {
+        if self.mixtures > 0 {
+            return mixture::level_log_probs(outputs).exp();
+        }
+        burn::tensor::activation::softmax(outputs, 1)
     }
 }
 

@@ -85,7 +85,7 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// The logits of the next level, `[batch, LEVELS]`, after feeding `inputs` (`[batch]`,
+    /// The head's outputs for the next level, `[batch, head width]`, after feeding `inputs` (`[batch]`,
     /// the level at this position: the start level first, then each sample drawn).
     pub fn step(&mut self, inputs: Tensor<1, Int>) -> Tensor<2> {
         let [batch] = inputs.dims();

@@ -131,6 +131,14 @@ fn the_sizes_hold_the_parameters_they_should() {
         (3_900_000..4_500_000).contains(&seed),
         "the seed's size: {seed} parameters"
     );
+    let mixture = SashimiShape {
+        mixtures: 6,
+        ..SashimiShape::seed()
+    };
+    let with_mixture = mixture.init(&device).num_params();
+    assert_eq!(mixture.parameters(), with_mixture as u64);
+    // The head's 256 outputs become 18.
+    assert_eq!(seed - with_mixture, (64 + 1) * (256 - 18));
 }
 
 /// On ndarray, which has no FFT in burn, the layer convolves directly, and gives what
