@@ -125,6 +125,10 @@ pub struct TrainConfig {
     pub min_lr: f64,
     /// Global gradient-norm clipping; `None` turns it off.
     pub clip_norm: Option<f64>,
+    /// The decay of an exponential moving average of the weights that the run validates,
+    /// evaluates and generates with (`crate::train::WeightAverage`); `None`: no average.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema: Option<f64>,
     pub seed: u64,
     /// Write a checkpoint every N steps (and always at the end); 0: only at the end.
     pub checkpoint_every: u64,
@@ -167,6 +171,7 @@ impl Default for TrainConfig {
             lr: 1e-3,
             min_lr: 0.0,
             clip_norm: Some(1.0),
+            ema: None,
             seed: 42,
             checkpoint_every: 0,
             validate_every: 0,
@@ -236,6 +241,8 @@ pub enum ConfigError {
         accumulation: usize,
         expected: usize,
     },
+    /// A moving average's decay outside (0, 1).
+    Decay(f64),
 }
 
 impl Described for ConfigError {
@@ -257,6 +264,11 @@ impl Described for ConfigError {
                 "a step of {step_clips} spectrograms cannot be split into {accumulation} \
                  micro-batches of at most {micro_batch}; use {} {expected}",
                 words.setting(Setting::Accumulation)
+            ),
+            ConfigError::Decay(decay) => format!(
+                "{} is the share of the average kept at each step: above 0 and below 1, \
+                 such as 0.999 (got {decay})",
+                words.setting(Setting::Ema)
             ),
         }
     }
@@ -395,6 +407,11 @@ impl TrainConfig {
         positive(Setting::LearningRate, self.lr)?;
         if let Some(c) = self.clip_norm {
             positive(Setting::ClipNorm, c)?;
+        }
+        if let Some(decay) = self.ema
+            && !(decay > 0.0 && decay < 1.0)
+        {
+            return Err(ConfigError::Decay(decay));
         }
         if let Some(clips) = self.step_clips {
             let expected = clips.div_ceil(self.micro_batch);

@@ -56,6 +56,8 @@ pub enum Setting {
     Quantizer,
     /// A waveform model's folder of recordings.
     Waveforms,
+    /// The decay of the weights' moving average.
+    Ema,
     /// The components of a waveform model's mixture-of-logistics head.
     Mixtures,
     /// The classifier's network.
@@ -117,6 +119,7 @@ impl Setting {
             Setting::SampleLen => "the crop's length in samples",
             Setting::Quantizer => "the quantiser",
             Setting::Waveforms => "the waveform recordings",
+            Setting::Ema => "the weights' moving average",
             Setting::Mixtures => "the mixture head's components",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",

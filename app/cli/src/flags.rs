@@ -46,6 +46,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::SampleLen => "--sample-len",
         Setting::Quantizer => "--quantizer",
         Setting::Waveforms => "--waveforms",
+        Setting::Ema => "--ema",
         Setting::Mixtures => "--mixtures",
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",

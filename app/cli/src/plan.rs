@@ -11,6 +11,7 @@ use headroom_core::readback::block_on;
 use headroom_core::registry::{BuiltIn, WithTask, with_default};
 use headroom_core::size::human as gib;
 use headroom_core::split::Split;
+use headroom_core::train::WeightAverage;
 use headroom_core::{BackendKind, Target};
 
 use crate::args::PlanArgs;
@@ -77,6 +78,7 @@ fn plan_for<T: BuiltIn>(args: PlanArgs, model: T) -> Result<()> {
         let share = plan::RunShare {
             resident_bytes: resident,
             read_ahead: plan::ReadAhead::NONE,
+            held_bytes: WeightAverage::bytes(spec.ema, model.parameters()),
         };
         block_on(plan::unchecked(target, &model, &planning, share))?
     } else {
@@ -303,6 +305,7 @@ fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, model: &T, resident: u64
             let share = plan::RunShare {
                 resident_bytes,
                 read_ahead: plan::ReadAhead::NONE,
+                held_bytes: WeightAverage::bytes(spec.ema, model.parameters()),
             };
             let plan = plan::from_calibration(model, calibration, &asked, share)
                 .map(|(plan, _)| plan)

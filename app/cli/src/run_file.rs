@@ -237,6 +237,7 @@ mod tests {
             length: Some(RunLength::Epochs(3)),
             lr: Some(1.5e-4),
             clip_norm: Some(0.5),
+            ema: Some(0.999),
             seed: Some(u64::from(u32::MAX) + 1),
             checkpoint_every: Some(9),
             validate_every: Some(10),

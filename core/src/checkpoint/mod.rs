@@ -1,10 +1,12 @@
-//! Checkpoints: model (safetensors, loadable elsewhere), optimizer state (burnpack) and the
-//! run's state (JSON: step, configuration, normalisation, RNG position).
+//! Checkpoints: model (safetensors, loadable elsewhere), optimizer state (burnpack), the
+//! run's state (JSON: step, configuration, normalisation, RNG position) and, where the run
+//! keeps one, the weights' moving average (safetensors, the model's layout).
 //!
 //! Layout of a run directory:
 //! ```text
 //! OUT/checkpoint.json                  pointer to the newest complete checkpoint
 //! OUT/checkpoints/step-00000100/       model.safetensors, optimizer.burnpack, state.json
+//!                                      (and average.safetensors with --ema)
 //! ```
 //! A checkpoint is written into a scratch directory and renamed into place once complete;
 //! only then is the pointer replaced, itself through a temporary file and a rename. A crash
@@ -33,6 +35,8 @@ use directory::{prune, sync_dir, write_synced};
 
 const FORMAT_VERSION: u32 = 1;
 const MODEL_FILE: &str = "model.safetensors";
+/// The weights' moving average, where the run keeps one (`--ema`): the model's layout.
+const AVERAGE_FILE: &str = "average.safetensors";
 const OPTIMIZER_FILE: &str = "optimizer.burnpack";
 const STATE_FILE: &str = "state.json";
 const POINTER_FILE: &str = "checkpoint.json";
@@ -111,6 +115,8 @@ impl Described for CheckpointError {
 pub struct LoadedCheckpoint<M> {
     pub state: CheckpointState,
     pub model: M,
+    /// The networks with the weights' moving average, where the run keeps one.
+    pub average: Option<M>,
     pub optimizer: ModuleOptimizer,
     pub path: PathBuf,
 }
@@ -124,14 +130,16 @@ pub fn new_optimizer() -> ModuleOptimizer {
         .init()
 }
 
-/// Writes a checkpoint of `state` into `run_dir` and points `checkpoint.json` at it.
+/// Writes a checkpoint of `state` into `run_dir` and points `checkpoint.json` at it; with
+/// `average`, the networks holding the weights' moving average too.
 pub fn save<M: Module>(
     run_dir: &Path,
     state: &CheckpointState,
     model: &M,
+    average: Option<&M>,
     optimizer: &ModuleOptimizer,
 ) -> Result<PathBuf, CheckpointError> {
-    save_with_hook(run_dir, state, model, optimizer, &mut |_| Ok(()))
+    save_with_hook(run_dir, state, model, average, optimizer, &mut |_| Ok(()))
 }
 
 /// [`save`], calling `after_file` after each file lands in the scratch directory: tests use
@@ -140,6 +148,7 @@ pub fn save_with_hook<M: Module>(
     run_dir: &Path,
     state: &CheckpointState,
     model: &M,
+    average: Option<&M>,
     optimizer: &ModuleOptimizer,
     after_file: &mut dyn FnMut(&Path) -> std::io::Result<()>,
 ) -> Result<PathBuf, CheckpointError> {
@@ -156,7 +165,7 @@ pub fn save_with_hook<M: Module>(
     }
     fs::create_dir_all(&scratch).map_err(write_err(&scratch))?;
 
-    let files = CheckpointFiles::encode(state, model, optimizer, &scratch)?;
+    let files = CheckpointFiles::encode(state, model, average, optimizer, &scratch)?;
     for (file, bytes) in files.named() {
         let path = scratch.join(file);
         write_synced(&path, bytes).map_err(write_err(&path))?;
@@ -189,12 +198,14 @@ pub fn save_with_hook<M: Module>(
     Ok(final_dir)
 }
 
-/// A checkpoint's three files in memory: what [`save`] writes into a step directory, and
-/// what a web page offers as downloads.
+/// A checkpoint's files in memory: what [`save`] writes into a step directory, and what a
+/// web page offers as downloads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointFiles {
     /// `model.safetensors`
     pub model: Vec<u8>,
+    /// `average.safetensors`, where the run keeps a moving average of its weights.
+    pub average: Option<Vec<u8>>,
     /// `optimizer.burnpack`
     pub optimizer: Vec<u8>,
     /// `state.json`
@@ -207,13 +218,18 @@ impl CheckpointFiles {
     pub fn encode<M: Module>(
         state: &CheckpointState,
         model: &M,
+        average: Option<&M>,
         optimizer: &ModuleOptimizer,
         dir: &Path,
     ) -> Result<Self, CheckpointError> {
-        let mut store = SafetensorsStore::from_bytes(None);
-        model.save_into(&mut store).map_err(|e| invalid(dir, e))?;
+        let weights = |model: &M| {
+            let mut store = SafetensorsStore::from_bytes(None);
+            model.save_into(&mut store).map_err(|e| invalid(dir, e))?;
+            store.get_bytes().map_err(|e| invalid(dir, e))
+        };
         Ok(Self {
-            model: store.get_bytes().map_err(|e| invalid(dir, e))?,
+            model: weights(model)?,
+            average: average.map(weights).transpose()?,
             optimizer: optimizer
                 .into_bytes()
                 .map_err(|e| invalid(dir, e))?
@@ -223,12 +239,16 @@ impl CheckpointFiles {
     }
 
     /// Each file's name and bytes.
-    pub fn named(&self) -> [(&'static str, &[u8]); 3] {
-        [
-            (MODEL_FILE, &self.model),
-            (OPTIMIZER_FILE, &self.optimizer),
-            (STATE_FILE, &self.state),
-        ]
+    pub fn named(&self) -> Vec<(&'static str, &[u8])> {
+        let mut named = vec![
+            (MODEL_FILE, &self.model[..]),
+            (OPTIMIZER_FILE, &self.optimizer[..]),
+            (STATE_FILE, &self.state[..]),
+        ];
+        if let Some(average) = &self.average {
+            named.push((AVERAGE_FILE, average));
+        }
+        named
     }
 
     /// A checkpoint from files given by name (a page's upload, the names [`named`] gives;
@@ -239,10 +259,11 @@ impl CheckpointFiles {
         files: impl IntoIterator<Item = (S, Vec<u8>)>,
         dir: &Path,
     ) -> Result<Self, CheckpointError> {
-        let (mut model, mut optimizer, mut state) = (None, None, None);
+        let (mut model, mut optimizer, mut state, mut average) = (None, None, None, None);
         for (name, bytes) in files {
             match name.as_ref() {
                 MODEL_FILE => model = Some(bytes),
+                AVERAGE_FILE => average = Some(bytes),
                 OPTIMIZER_FILE => optimizer = Some(bytes),
                 STATE_FILE => state = Some(bytes),
                 _ => {}
@@ -254,6 +275,7 @@ impl CheckpointFiles {
         };
         Ok(Self {
             model: model.ok_or_else(|| missing(MODEL_FILE))?,
+            average,
             optimizer: optimizer.ok_or_else(|| missing(OPTIMIZER_FILE))?,
             state: state.ok_or_else(|| missing(STATE_FILE))?,
         })
@@ -266,8 +288,10 @@ impl CheckpointFiles {
             let p = dir.join(file);
             fs::read(&p).map_err(|source| CheckpointError::Read { path: p, source })
         };
+        let average = dir.join(AVERAGE_FILE);
         let files = Self {
             model: read(MODEL_FILE)?,
+            average: average.exists().then(|| read(AVERAGE_FILE)).transpose()?,
             optimizer: read(OPTIMIZER_FILE)?,
             state: read(STATE_FILE)?,
         };
@@ -306,6 +330,16 @@ impl CheckpointFiles {
             .map_err(|e| invalid(&dir.join(MODEL_FILE), e))?;
         let model = restore_param_ids(model, &state.param_ids)
             .map_err(|reason| invalid(&dir.join(STATE_FILE), reason))?;
+        let average = match self.average {
+            Some(bytes) => {
+                let mut average = model.clone();
+                average
+                    .load_from(&mut SafetensorsStore::from_bytes(Some(bytes)))
+                    .map_err(|e| invalid(&dir.join(AVERAGE_FILE), e))?;
+                Some(average)
+            }
+            None => None,
+        };
         // On the parameters' device: burn's `from_bytes` would use `Device::default()`, which
         // is WebGPU in the page's build even for a run on the CPU (vendor/burn-optim).
         let optimizer = optimizer
@@ -317,6 +351,7 @@ impl CheckpointFiles {
         Ok(LoadedCheckpoint {
             state,
             model,
+            average,
             optimizer,
             path: dir.to_path_buf(),
         })
@@ -434,7 +469,14 @@ mod tests {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(1);
         let first = VqAutoencoderConfig::default().init(&device);
-        save(run.path(), &state(1, &first), &first, &new_optimizer()).unwrap();
+        save(
+            run.path(),
+            &state(1, &first),
+            &first,
+            None,
+            &new_optimizer(),
+        )
+        .unwrap();
 
         let second = VqAutoencoderConfig::default().init(&device);
         assert!(
@@ -445,6 +487,7 @@ mod tests {
             run.path(),
             &state(2, &second),
             &second,
+            None,
             &new_optimizer(),
             &mut |p| {
                 if p.ends_with(MODEL_FILE) {
@@ -472,7 +515,14 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
-        save(run.path(), &state(1, &model), &model, &new_optimizer()).unwrap();
+        save(
+            run.path(),
+            &state(1, &model),
+            &model,
+            None,
+            &new_optimizer(),
+        )
+        .unwrap();
         let Err(error) = load::<crate::model::DcaseAeConfig>(run.path(), &device) else {
             panic!("a VQ checkpoint loaded as dcase-ae");
         };
@@ -489,7 +539,14 @@ mod tests {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
         for step in 1..=4 {
-            save(run.path(), &state(step, &model), &model, &new_optimizer()).unwrap();
+            save(
+                run.path(),
+                &state(step, &model),
+                &model,
+                None,
+                &new_optimizer(),
+            )
+            .unwrap();
         }
         assert_eq!(read_state(run.path()).unwrap().step, 4);
         let kept: Vec<_> = fs::read_dir(run.path().join("checkpoints"))
@@ -527,7 +584,14 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
-        save(run.path(), &state(1, &model), &model, &new_optimizer()).unwrap();
+        save(
+            run.path(),
+            &state(1, &model),
+            &model,
+            None,
+            &new_optimizer(),
+        )
+        .unwrap();
         let (saved, _) = CheckpointFiles::read(run.path()).unwrap();
         let upload = Path::new("upload");
         let mut given: Vec<_> = saved

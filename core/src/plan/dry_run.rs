@@ -25,7 +25,7 @@ pub fn prepare<'a, T: TrainingTask>(
 ) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
     Box::pin(async move {
         let mut calibration = calibrate(target, task).await?;
-        let resident = share.resident_bytes.max(in_use_now(target));
+        let resident = share.resident(in_use_now(target));
         let mut request = request_for(task, planning, resident, share.read_ahead)?;
         let first = search_phases(task, &calibration, &request)?;
         landing::calibrate_near(target, task, &mut calibration, &first).await?;

@@ -115,7 +115,7 @@ pub fn prepare<'a, T: TrainingTask>(
         let mut measurements = calibrate(target, task, longest).await?;
         // After calibrating, as `super::prepare` reads it: what the process set up in its
         // first steps is in use for its life, and the measured steps start from it.
-        let resident = request.resident_bytes.max(super::in_use_now(target));
+        let resident = share.resident(super::in_use_now(target));
         let beside = resident + share.read_ahead.bytes(effective_batch);
         let available = request.budget_bytes.saturating_sub(beside);
         let mut last = String::from("the buckets changed with every step measured");

@@ -245,6 +245,18 @@ pub fn breakdown_of<T: TrainingTask>(
 pub struct RunShare {
     pub resident_bytes: u64,
     pub read_ahead: ReadAhead,
+    /// What the run will hold beside its steps that is not in use yet: the weights' moving
+    /// average (`crate::train::WeightAverage::bytes`).
+    #[serde(default)]
+    pub held_bytes: u64,
+}
+
+impl RunShare {
+    /// What a step finds in use: the larger of what was in use before planning and
+    /// `in_use_now`, and what the run will hold beside it.
+    pub fn resident(&self, in_use_now: u64) -> u64 {
+        self.resident_bytes.max(in_use_now) + self.held_bytes
+    }
 }
 
 /// Bytes in use on the device now: after calibration this holds what the process set up
@@ -271,9 +283,10 @@ pub fn from_calibration<T: TrainingTask>(
     planning: &Planning,
     share: RunShare,
 ) -> Result<(Plan, Breakdown), PlanningError> {
-    let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
+    let resident = share.resident(0);
+    let request = request_for(task, planning, resident, share.read_ahead)?;
     let plan = search_phases(task, calibration, &request)?;
-    let breakdown = breakdown_of(task, &plan, share.resident_bytes, calibration);
+    let breakdown = breakdown_of(task, &plan, resident, calibration);
     Ok((plan, breakdown))
 }
 
@@ -373,7 +386,7 @@ pub fn prepare_by_length<'a, T: TrainingTask>(
 ) -> LocalFuture<'a, Result<Prepared, PlanningError>> {
     Box::pin(async move {
         // What is in use is read after calibrating, by whichever planner runs.
-        let request = request_for(task, planning, share.resident_bytes, share.read_ahead)?;
+        let request = request_for(task, planning, share.resident(0), share.read_ahead)?;
         if lengths.is_empty() || task.at_length(1).is_none() || !lengths::applies(&request) {
             return prepare(target, task, planning, share, sink).await;
         }

@@ -60,6 +60,8 @@ pub struct RunSpec {
     pub length: Option<RunLength>,
     pub lr: Option<f64>,
     pub clip_norm: Option<f64>,
+    /// The decay of a moving average of the weights the run is measured with.
+    pub ema: Option<f64>,
     pub seed: Option<u64>,
     pub checkpoint_every: Option<u64>,
     pub validate_every: Option<u64>,
@@ -118,6 +120,7 @@ impl Default for RunSpec {
             length: None,
             lr: None,
             clip_norm: None,
+            ema: None,
             seed: None,
             checkpoint_every: None,
             validate_every: None,
@@ -482,6 +485,7 @@ impl RunSpec {
         given(&mut c.length, self.length);
         given(&mut c.lr, self.lr);
         given(&mut c.clip_norm, self.clip_norm.map(Some));
+        given(&mut c.ema, self.ema.map(Some));
         given(&mut c.seed, self.seed);
         given(&mut c.checkpoint_every, self.checkpoint_every);
         given(&mut c.validate_every, self.validate_every);

@@ -19,6 +19,7 @@ impl RunSpec {
         spec.lr = Some(config.lr);
         // A run without clipping keeps the spec's word for it: none given is the model's.
         spec.clip_norm = config.clip_norm.or(self.clip_norm);
+        spec.ema = config.ema;
         spec.seed = Some(config.seed);
         spec.checkpoint_every = Some(config.checkpoint_every);
         spec.validate_every = Some(config.validate_every);

@@ -338,6 +338,11 @@ impl RunSpec {
             saved.clip_norm.map_or("none".into(), |v| v.to_string()),
         );
         refused.differs(
+            Setting::Ema,
+            text(self.ema),
+            saved.ema.map_or("none".into(), |v| v.to_string()),
+        );
+        refused.differs(
             Setting::Seed,
             self.seed.map(|v| v.to_string()),
             saved.seed.to_string(),

@@ -24,7 +24,7 @@ impl<T: RunTask> TaskTrainer<T> {
             let device = self.device.clone().without_autodiff();
             self.task
                 .validation_loss(
-                    &self.networks,
+                    &self.measured_model(),
                     &self.data,
                     &device,
                     &EvalBatches::of(&self.config),
@@ -47,7 +47,7 @@ impl<T: RunTask> TaskTrainer<T> {
             // Train files left out were reported when the run started; these are the test's.
             self.task
                 .evaluate(
-                    &self.networks,
+                    &self.measured_model(),
                     &self.data,
                     &device,
                     &EvalBatches::of(&self.config),
@@ -58,8 +58,8 @@ impl<T: RunTask> TaskTrainer<T> {
     }
 }
 
-/// Scores `config`'s test split with the networks of task `T` saved in `files`, standardised
-/// as the saved run was.
+/// Scores `config`'s test split with the networks of task `T` saved in `files` (their
+/// weights' moving average where the run kept one), standardised as the saved run was.
 pub fn evaluate_saved<'a, T: RunTask>(
     files: CheckpointFiles,
     dir: &'a std::path::Path,
@@ -77,7 +77,7 @@ pub fn evaluate_saved<'a, T: RunTask>(
         let plain = device.without_autodiff();
         let skipped = data.skipped();
         task.evaluate(
-            &loaded.model,
+            loaded.average.as_ref().unwrap_or(&loaded.model),
             &data,
             &plain,
             &EvalBatches::of(&config),

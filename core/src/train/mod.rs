@@ -5,9 +5,10 @@
 //! A run of one kind of training ([`RunTask`]) is a [`TaskTrainer`]: made
 //! ([`trainer`]), planned before its networks exist ([`planning`]), stepped ([`steps`]),
 //! recovered from an out-of-memory step ([`recovery`]), evaluated ([`evaluate`]) and saved
-//! ([`saving`]); front-ends hold the task-erased [`crate::registry::Trainer`]. Every model
+//! ([`saving`]), with a moving average of its weights where asked ([`average`]); front-ends hold the task-erased [`crate::registry::Trainer`]. Every model
 //! configuration is a task ([`patches`]).
 
+pub mod average;
 mod control;
 pub mod drawn;
 mod evaluate;
@@ -30,6 +31,7 @@ use burn::tensor::Device;
 use headroom_datasets::{FileError, PatchError};
 
 pub use crate::config::{ConfigError, DatasetSource, ResumeChanges, RunLength, TrainConfig};
+pub use average::WeightAverage;
 pub use evaluate::evaluate_saved;
 pub use patches::PatchData;
 pub use planning::plan_task;
@@ -283,6 +285,8 @@ struct Start<N> {
     device: Device,
     networks: N,
     optimizer: ModuleOptimizer,
+    /// The weights' moving average, where the run keeps one.
+    average: Option<WeightAverage>,
     step: u64,
     /// A resumed run's saved normalization; a fresh run fits its own.
     normalization: Option<Normalization>,
@@ -298,6 +302,8 @@ pub struct TaskTrainer<T: RunTask> {
     device: Device,
     networks: T::Networks,
     optimizer: ModuleOptimizer,
+    /// The weights' moving average (`--ema`), which validation, evaluation and pictures use.
+    average: Option<WeightAverage>,
     step: u64,
     total_steps: u64,
     /// The splits; the train split streamed as the plan splits each step.

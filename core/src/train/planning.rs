@@ -186,6 +186,7 @@ pub(super) fn prepare_run<'a, T: RunTask>(
                 .sample()
                 .allocated_bytes,
             read_ahead: counted(config, data.read_ahead(config, loader)),
+            held_bytes: super::WeightAverage::bytes(config.ema, task.parameters()),
         };
         let lengths = data.lengths();
         let saved = config.length_buckets.clone();

@@ -13,10 +13,12 @@ impl<T: RunTask> TaskTrainer<T> {
         let Some(out) = &self.options.out_dir else {
             return Ok(());
         };
+        let average = self.average.as_ref().map(|a| a.applied(&self.networks));
         let path = checkpoint::save(
             out,
             &self.checkpoint_state(),
             &self.networks,
+            average.as_ref(),
             &self.optimizer,
         )?;
         sink.emit(Event::Checkpoint {
@@ -37,7 +39,7 @@ impl<T: RunTask> TaskTrainer<T> {
             let plain = self.device.clone().without_autodiff();
             let Some((picture, about)) = self
                 .task
-                .picture(&self.networks, &self.data, &plain)
+                .picture(&self.measured_model(), &self.data, &plain)
                 .await?
             else {
                 return Ok(());
@@ -79,9 +81,11 @@ impl<T: RunTask> TaskTrainer<T> {
             return Err(TrainError::CheckpointOnWebGpu);
         }
         let dir = std::path::Path::new("checkpoint");
+        let average = self.average.as_ref().map(|a| a.applied(&self.networks));
         Ok(CheckpointFiles::encode(
             &self.checkpoint_state(),
             &self.networks,
+            average.as_ref(),
             &self.optimizer,
             dir,
         )?)

@@ -221,6 +221,9 @@ impl<T: RunTask> TaskTrainer<T> {
             let phases = self.phase_reports(&outcome, &cuts);
             let outcome = outcome.first();
             self.networks = networks;
+            if let Some(average) = &mut self.average {
+                average.update(&self.networks);
+            }
             self.step += 1;
             let memory = self.meter.sample();
             let seconds = started.elapsed().as_secs_f64();

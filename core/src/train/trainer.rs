@@ -14,7 +14,7 @@ use crate::readback::block_on;
 
 use super::planning::{Planned, fit_and_plan, replan_resumed};
 use super::run_task::{RunTask, TaskData};
-use super::{RunOptions, Start, TaskTrainer, TrainError};
+use super::{RunOptions, Start, TaskTrainer, TrainError, WeightAverage};
 
 impl<T: RunTask> TaskTrainer<T> {
     /// A fresh run of `config`, whose `model` names `T` (`ModelSpec::of`).
@@ -67,6 +67,7 @@ impl<T: RunTask> TaskTrainer<T> {
             let networks = task.networks(&device);
             let start = Start {
                 device,
+                average: config.ema.map(|decay| WeightAverage::new(&networks, decay)),
                 networks,
                 optimizer: task.optimizer(),
                 step: 0,
@@ -122,8 +123,20 @@ impl<T: RunTask> TaskTrainer<T> {
             let loaded = files.decode_task(name, &device, |task: &T| {
                 (task.networks(&device), task.optimizer())
             })?;
+            let average = match (config.ema, &loaded.average) {
+                (None, _) => None,
+                (Some(decay), Some(saved)) => Some(WeightAverage::new(saved, decay)),
+                (Some(_), None) => {
+                    return Err(TrainError::Task(format!(
+                        "{} keeps a moving average of its weights, but the checkpoint has no \
+                         average.safetensors; copy the whole checkpoint directory",
+                        name.display()
+                    )));
+                }
+            };
             let start = Start {
                 device,
+                average,
                 networks: loaded.model,
                 optimizer: loaded.optimizer,
                 step: loaded.state.step,
@@ -153,6 +166,7 @@ impl<T: RunTask> TaskTrainer<T> {
             device,
             networks,
             optimizer,
+            average,
             step,
             normalization,
         } = start;
@@ -176,6 +190,7 @@ impl<T: RunTask> TaskTrainer<T> {
             device,
             networks,
             optimizer,
+            average,
             step,
             total_steps,
             data,
@@ -212,6 +227,15 @@ impl<T: RunTask> TaskTrainer<T> {
     /// The networks as they stand (the model, for a model's run).
     pub fn model(&self) -> &T::Networks {
         &self.networks
+    }
+
+    /// The networks the run is measured and draws with: the weights' moving average where
+    /// the run keeps one, else the networks as they stand.
+    pub fn measured_model(&self) -> std::borrow::Cow<'_, T::Networks> {
+        match &self.average {
+            Some(average) => std::borrow::Cow::Owned(average.applied(&self.networks)),
+            None => std::borrow::Cow::Borrowed(&self.networks),
+        }
     }
 
     pub fn step(&self) -> u64 {

@@ -44,7 +44,8 @@ pub fn generate_from_checkpoint(
     let loaded = files.decode_task(&dir, &device, |task: &SashimiConfig| {
         (task.networks(&device), task.optimizer())
     })?;
-    let network = loaded.model.valid();
+    // The weights' moving average where the run kept one, as SaShiMi samples.
+    let network = loaded.average.unwrap_or(loaded.model).valid();
     let samples = (seconds * f64::from(task.sample_rate())).round().max(1.0) as usize;
     let levels = crate::readback::block_on(sample(&network, clips, samples, seed))?;
     Ok(Generated {

@@ -205,3 +205,57 @@ fn a_mixture_head_learns_and_draws_clips() {
     let distinct: std::collections::BTreeSet<u8> = clips.concat().into_iter().collect();
     assert!(distinct.len() > 3, "the draws vary: {clips:?}");
 }
+
+/// A run that keeps a moving average of its weights saves it in every checkpoint, resumes it
+/// exactly, and is measured with it rather than with the weights it trains.
+#[test]
+fn a_moving_average_is_saved_resumed_and_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run_config = config(6);
+    run_config.ema = Some(0.8);
+    run_config.checkpoint_every = 3;
+    let options = || RunOptions {
+        out_dir: Some(dir.path().to_path_buf()),
+        ..RunOptions::default()
+    };
+    let mut whole = TaskTrainer::<SashimiConfig>::new(run_config, options()).unwrap();
+    whole.run(&mut Vec::new()).unwrap();
+    let halfway = dir.path().join("checkpoints/step-00000003");
+    assert!(halfway.join("average.safetensors").is_file());
+    let mut resumed =
+        TaskTrainer::<SashimiConfig>::resume(&halfway, &Default::default(), RunOptions::default())
+            .unwrap();
+    resumed.run(&mut Vec::new()).unwrap();
+    let flat = |model: &Sashimi| crate::model::flat_parameters(model);
+    let average = flat(&whole.measured_model());
+    assert_eq!(
+        flat(&resumed.measured_model()),
+        average,
+        "the average resumes exactly"
+    );
+    assert_eq!(flat(resumed.model()), flat(whole.model()));
+    assert_ne!(
+        average,
+        flat(whole.model()),
+        "the average is not the trained weights"
+    );
+
+    let measured = whole.validation_loss().unwrap();
+    let (_, mut data) = task().open(&config(6), &Default::default()).unwrap();
+    data.check().unwrap();
+    let plain = BackendKind::Flex.device().unwrap();
+    let batches = crate::train::EvalBatches::of(whole.config());
+    let with = |networks: &Sashimi| {
+        crate::readback::block_on(
+            whole
+                .config()
+                .model
+                .config::<SashimiConfig>()
+                .unwrap()
+                .validation_loss(networks, &data, &plain, &batches),
+        )
+        .unwrap()
+    };
+    assert_eq!(measured, with(&whole.measured_model()));
+    assert_ne!(measured, with(whole.model()));
+}

@@ -79,6 +79,12 @@ pub struct TrainArgs {
     /// Global gradient-norm clipping threshold.
     #[arg(long, alias = "clip_norm")]
     pub clip_norm: Option<f64>,
+    /// Keep an exponential moving average of the weights with this decay (such as 0.999, as
+    /// seed 004's recipe keeps one): validation, evaluation, pictures and `generate` use the
+    /// average; it is saved in each checkpoint, and the planner counts its copy of the
+    /// parameters.
+    #[arg(long, value_name = "DECAY")]
+    pub ema: Option<f64>,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Run directory: checkpoints go to OUT/checkpoints, OUT/checkpoint.json names the newest
