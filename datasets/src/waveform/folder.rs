@@ -26,7 +26,7 @@ pub enum FolderError {
         source: std::io::Error,
     },
     #[error(
-        "{} holds no .wav or .flac files; point --waveforms at a folder of recordings",
+        "{} holds no .wav or .flac files; give a folder of recordings",
         root.display()
     )]
     NoAudio { root: PathBuf },
