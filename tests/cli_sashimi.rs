@@ -275,3 +275,47 @@ fn a_folder_of_recordings_trains_and_its_bad_files_are_named() {
     let rows = events(&run, "results")[0]["rows"].to_string();
     assert!(rows.contains("\"test\""), "{rows}");
 }
+
+/// A run that keeps a moving average of its weights holds no more memory from one step to
+/// the next (its updates once left a little behind every step), and its checkpoint holds it.
+#[test]
+fn the_weights_average_holds_the_same_memory_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = run_json(&[
+        "train",
+        "--model",
+        "sashimi",
+        "--sample-len",
+        "1024",
+        "--ema",
+        "0.99",
+        "--no-plan",
+        "--batch-size",
+        "2",
+        "--n-patches",
+        "1",
+        "--gradient-accumulation-steps",
+        "1",
+        "--steps",
+        "8",
+        "--no-eval",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let peaks: Vec<u64> = events(&run, "step")
+        .iter()
+        .map(|s| s["mem_peak_bytes"].as_u64().expect("a measured peak"))
+        .collect();
+    assert_eq!(peaks.len(), 8);
+    // The first step makes AdamW's moments; from the second on every step is alike.
+    assert!(
+        peaks[2..].iter().all(|&p| p == peaks[1]),
+        "step peaks: {peaks:?}"
+    );
+    assert!(
+        out.join("checkpoints/step-00000008/average.safetensors")
+            .is_file()
+    );
+}

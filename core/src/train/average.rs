@@ -56,12 +56,14 @@ impl WeightAverage {
     }
 }
 
-/// Each float parameter's values, detached and flat, in visiting order.
+/// Each float parameter's values, flat, in visiting order, off the autodiff backend: ops
+/// on an autodiff tensor record a node even untracked, and the average's, never part of a
+/// backward pass, were never freed (0.9 MiB a step at seed 004's size on flex, 2026-12-07).
 fn flat_values<M: Module>(networks: &M) -> Vec<Tensor<1>> {
     struct Collect(Vec<Tensor<1>>);
     impl ModuleVisitor for Collect {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let value = param.val().detach();
+            let value = param.val().without_autodiff();
             let count = value.shape().num_elements();
             self.0.push(value.reshape([count]));
         }
