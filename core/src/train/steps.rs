@@ -292,6 +292,20 @@ impl<T: RunTask> TaskTrainer<T> {
     /// model at each micro-batch's examples and longest (`lengths` sorted, as packed); for a
     /// fixed split, the plan's peak while the run keeps the plan's split.
     fn predicted_peak(&self, lengths: &[usize], sizes: &[usize]) -> Option<u64> {
+        let steady = self.steady_peak(lengths, sizes)?;
+        // A fresh run's first step has no AdamW moments yet (two f32 values a parameter,
+        // made by its update, after the peak), and its weights' average still shares the
+        // weights' storage; calibration measured warm steps, which hold both.
+        if self.step > 0 {
+            return Some(steady);
+        }
+        let parameters = self.task.parameters();
+        let first = 8 * parameters + super::WeightAverage::bytes(self.config.ema, parameters);
+        Some(steady.saturating_sub(first))
+    }
+
+    /// [`Self::predicted_peak`] of a step after the first.
+    fn steady_peak(&self, lengths: &[usize], sizes: &[usize]) -> Option<u64> {
         let plan = self.plan.as_ref()?;
         let by_length = self.calibration.as_ref().and_then(|c| c.lengths.as_ref());
         match (
