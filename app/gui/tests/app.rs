@@ -130,6 +130,16 @@ fn trains_on_the_synthetic_dataset_shows_memory_under_the_budget_and_stops_with_
         Path::new(checkpoint).join("model.safetensors").is_file(),
         "{checkpoint}"
     );
+    // The run's directory holds its run file, as trainer-cli's runs do: it reads back as the
+    // run's model.
+    let run_dir = Path::new(checkpoint)
+        .ancestors()
+        .nth(2)
+        .expect("OUT/checkpoints/step-N");
+    let text = std::fs::read_to_string(run_dir.join("run.toml")).expect("the run's run.toml");
+    let spec: headroom_core::spec::RunSpec = toml::from_str(&text).expect("a run file");
+    assert_eq!(spec.model.as_deref(), Some("vq-patch-ae"), "{text}");
+    assert!(text.contains("Written by trainer-gui"), "{text}");
     assert!(
         app.session.evaluation.is_some(),
         "the test split was scored"

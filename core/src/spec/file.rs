@@ -1,7 +1,9 @@
 //! Run files: a [`super::RunSpec`] in TOML, as `trainer-cli train` writes one into its run
 //! directory ([`FILE_NAME`]) and reads one back (its run-file flag), and as the desktop app opens and
 //! saves them. Core parses no TOML (each front-end does, with the toml crate); what is here is
-//! theirs alike: the comment a file opens with, and an error placed at its line and key.
+//! theirs alike: the comment a file opens with, and an error placed at its line and key. A
+//! run's spec written as a file is [`super::writing`]'s (the `run-files` feature; not in the
+//! page).
 
 use std::path::{Path, PathBuf};
 

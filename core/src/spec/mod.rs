@@ -9,6 +9,8 @@ pub mod file;
 mod models;
 mod resolved;
 mod resume;
+#[cfg(feature = "run-files")]
+pub mod writing;
 
 use std::path::PathBuf;
 

@@ -51,11 +51,28 @@ impl HeadroomApp {
                 return;
             }
         };
-        let stamp = std::time::SystemTime::now()
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+            .unwrap_or_default();
+        let out_dir = self
+            .settings
+            .runs_dir
+            .join(format!("gui-{}", now.as_millis()));
+        // As trainer-cli's runs: the run's spec as it trains, a file that trains it again.
+        let written = headroom_core::spec::writing::text(
+            &spec.resolved(&config),
+            &super::run_file::written_by(),
+            now.as_secs(),
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            headroom_core::spec::writing::write(&out_dir, &text).map_err(|e| e.to_string())
+        });
+        if let Err(e) = written {
+            tracing::warn!(dir = %out_dir.display(), error = %e, "the run file was not written");
+        }
         let options = RunOptions {
-            out_dir: Some(self.settings.runs_dir.join(format!("gui-{stamp}"))),
+            out_dir: Some(out_dir),
             planning: Some(planning),
             budget: Some(Budget::new(budget)),
             // The dataset panel lists bad files; training goes on without them.

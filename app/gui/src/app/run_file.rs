@@ -132,11 +132,10 @@ impl HeadroomApp {
             ..self.spec()?
         };
         let body = toml::to_string(&spec).map_err(|e| e.to_string())?;
-        let written_by = format!("trainer-gui {}", env!("CARGO_PKG_VERSION"));
         Ok(format!(
             "{}# Open it here (Open run file...), or train it with `trainer-cli train --config \
              FILE`.\n\n{body}",
-            file::header(&written_by, unix_secs)
+            file::header(&written_by(), unix_secs)
         ))
     }
 
@@ -181,6 +180,11 @@ impl HeadroomApp {
             self.save_run_file(&path);
         }
     }
+}
+
+/// Who writes the app's run files: this program and its version.
+pub(super) fn written_by() -> String {
+    format!("trainer-gui {}", env!("CARGO_PKG_VERSION"))
 }
 
 #[cfg(test)]
