@@ -274,6 +274,27 @@ fn a_folder_of_recordings_trains_and_its_bad_files_are_named() {
     assert_eq!(dataset["test_clips"], 4, "{dataset}");
     let rows = events(&run, "results")[0]["rows"].to_string();
     assert!(rows.contains("\"test\""), "{rows}");
+    let mono_crops = dataset["train_clips"].as_u64().unwrap();
+
+    // Two channels interleaved: each file twice as long, as many crops again.
+    let stereo = args(
+        "stereo",
+        &["--on-bad-file", "skip", "--resample", "--stereo"],
+    );
+    let run = run_json(&stereo.iter().map(String::as_str).collect::<Vec<_>>());
+    let dataset = events(&run, "dataset")[0];
+    assert!(
+        dataset["source"]
+            .as_str()
+            .unwrap()
+            .contains("stereo interleaved"),
+        "{dataset}"
+    );
+    let crops = dataset["train_clips"].as_u64().unwrap();
+    assert!(
+        (2 * mono_crops..=2 * mono_crops + 1).contains(&crops),
+        "{crops} crops against {mono_crops} mono: {dataset}"
+    );
 }
 
 /// A run that keeps a moving average of its weights holds no more memory from one step to

@@ -58,6 +58,8 @@ pub enum Setting {
     Waveforms,
     /// The decay of the weights' moving average.
     Ema,
+    /// A waveform model's recordings taken as two channels interleaved.
+    Stereo,
     /// The components of a waveform model's mixture-of-logistics head.
     Mixtures,
     /// The classifier's network.
@@ -120,6 +122,7 @@ impl Setting {
             Setting::Quantizer => "the quantiser",
             Setting::Waveforms => "the waveform recordings",
             Setting::Ema => "the weights' moving average",
+            Setting::Stereo => "stereo",
             Setting::Mixtures => "the mixture head's components",
             Setting::ClassifierArch => "the classifier's network",
             Setting::Generator => "the generator's run",

@@ -26,14 +26,72 @@ pub fn read_wav(path: &Path) -> Result<Audio, FileError> {
 
 /// Reads and decodes a WAV or FLAC file, by its extension (`.flac`: FLAC; any other: WAV).
 pub fn read_audio(path: &Path) -> Result<Audio, FileError> {
+    read_frames(path).map(Frames::mixed)
+}
+
+/// Audio as a file holds it: every channel, interleaved, in [-1, 1].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frames {
+    pub sample_rate: u32,
+    pub channels: usize,
+    pub interleaved: Vec<f32>,
+}
+
+impl Frames {
+    /// The channels' mean, frame by frame.
+    pub fn mixed(self) -> Audio {
+        Audio {
+            sample_rate: self.sample_rate,
+            samples: mix_down(self.interleaved, self.channels),
+        }
+    }
+
+    /// Two channels interleaved, left then right (`L R L R ...`, as seed 004's loader
+    /// interleaves stereo): a mono file's one channel twice, beyond two the first two.
+    pub fn stereo(&self) -> Vec<f32> {
+        let channels = self.channels.max(1);
+        self.interleaved
+            .chunks_exact(channels)
+            .flat_map(|frame| [frame[0], frame[1.min(channels - 1)]])
+            .collect()
+    }
+
+    /// Each channel converted to `to` Hz ([`resample`]).
+    pub fn resampled(self, to: u32) -> Result<Frames, FileProblem> {
+        let channels = self.channels.max(1);
+        let each: Vec<Vec<f32>> = (0..channels)
+            .map(|c| {
+                let samples = self.interleaved.iter().skip(c).step_by(channels).copied();
+                let audio = Audio {
+                    sample_rate: self.sample_rate,
+                    samples: samples.collect(),
+                };
+                resample(&audio, to).map(|a| a.samples)
+            })
+            .collect::<Result<_, _>>()?;
+        let frames = each.iter().map(Vec::len).min().unwrap_or(0);
+        Ok(Frames {
+            sample_rate: to,
+            channels,
+            interleaved: (0..frames)
+                .flat_map(|i| each.iter().map(move |channel| channel[i]))
+                .collect(),
+        })
+    }
+}
+
+/// Reads and decodes a WAV or FLAC file, by its extension, keeping its channels.
+pub fn read_frames(path: &Path) -> Result<Frames, FileError> {
     let is_flac = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("flac"));
-    if !is_flac {
-        return read_wav(path);
-    }
     let bytes = std::fs::read(path).map_err(|e| FileError::new(path, e.into()))?;
-    decode_flac(&bytes).map_err(|p| FileError::new(path, p))
+    let frames = if is_flac {
+        decode_flac_frames(&bytes)
+    } else {
+        decode_wav_frames(&bytes)
+    };
+    frames.map_err(|p| FileError::new(path, p))
 }
 
 /// The longest audio a FLAC file without a sample count in its header may decode to: a
@@ -45,6 +103,11 @@ const FLAC_MAX_SECONDS: u64 = 3 * 3600;
 /// three hours), so a corrupt file cannot fill memory; a file that ends before its promised
 /// count is truncated.
 pub fn decode_flac(bytes: &[u8]) -> Result<Audio, FileProblem> {
+    decode_flac_frames(bytes).map(Frames::mixed)
+}
+
+/// [`decode_flac`], keeping the channels.
+pub fn decode_flac_frames(bytes: &[u8]) -> Result<Frames, FileProblem> {
     let mut reader = claxon::FlacReader::new(Cursor::new(bytes)).map_err(flac_problem)?;
     let info = reader.streaminfo();
     let channels = info.channels as usize;
@@ -72,7 +135,8 @@ pub fn decode_flac(bytes: &[u8]) -> Result<Audio, FileProblem> {
         && (interleaved.len() as u64) < promised * channels as u64
     {
         return Err(FileProblem::Flac(format!(
-            "truncated: its header promises {promised} samples per channel but only {}              follow; the file was cut short (copy it again or remove it)",
+            "truncated: its header promises {promised} samples per channel but only {} \
+             follow; the file was cut short (copy it again or remove it)",
             interleaved.len() / channels
         )));
     }
@@ -80,9 +144,10 @@ pub fn decode_flac(bytes: &[u8]) -> Result<Audio, FileProblem> {
         return Err(FileProblem::Empty);
     }
     check_finite(&interleaved)?;
-    Ok(Audio {
+    Ok(Frames {
         sample_rate: info.sample_rate,
-        samples: mix_down(interleaved, channels),
+        channels,
+        interleaved,
     })
 }
 
@@ -110,6 +175,11 @@ fn mix_down(interleaved: Vec<f32>, channels: usize) -> Vec<f32> {
 /// the bytes that follow it before anything is allocated, so a corrupt header cannot ask
 /// for gigabytes.
 pub fn decode_wav(bytes: &[u8]) -> Result<Audio, FileProblem> {
+    decode_wav_frames(bytes).map(Frames::mixed)
+}
+
+/// [`decode_wav`], keeping the channels.
+pub fn decode_wav_frames(bytes: &[u8]) -> Result<Frames, FileProblem> {
     let mut cursor = Cursor::new(bytes);
     let (spec, promised_samples) = {
         let reader = WavReader::new(&mut cursor).map_err(wav_problem)?;
@@ -145,9 +215,10 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Audio, FileProblem> {
         }
     }
     check_finite(&interleaved)?;
-    Ok(Audio {
+    Ok(Frames {
         sample_rate: spec.sample_rate,
-        samples: mix_down(interleaved, channels),
+        channels,
+        interleaved,
     })
 }
 
@@ -399,5 +470,34 @@ pub(crate) mod tests {
         assert!(matches!(problem, FileProblem::Flac(_)), "{problem}");
         let problem = read_audio(&fixture("gone.flac")).unwrap_err().to_string();
         assert!(problem.contains("gone.flac: cannot read it"), "{problem}");
+    }
+
+    #[test]
+    fn stereo_interleaves_two_channels_and_doubles_a_mono_one() {
+        let frames = |channels, interleaved: Vec<f32>| Frames {
+            sample_rate: 8_000,
+            channels,
+            interleaved,
+        };
+        assert_eq!(
+            frames(2, vec![1.0, -1.0, 0.5, 0.0]).stereo(),
+            [1.0, -1.0, 0.5, 0.0]
+        );
+        assert_eq!(frames(1, vec![0.25, 0.5]).stereo(), [0.25, 0.25, 0.5, 0.5]);
+        assert_eq!(frames(3, vec![1.0, 2.0, 3.0]).stereo(), [1.0, 2.0]);
+        assert_eq!(
+            frames(2, vec![1.0, -1.0, 0.5, 0.0]).mixed().samples,
+            [0.0, 0.25]
+        );
+        // Each channel resampled on its own: a constant channel stays about constant.
+        let long = frames(2, (0..4_000).flat_map(|_| [0.5, -0.25]).collect());
+        let up = long.resampled(16_000).unwrap();
+        assert_eq!((up.sample_rate, up.channels), (16_000, 2));
+        let middle = &up.interleaved[3_000..5_000];
+        assert!(
+            middle
+                .chunks_exact(2)
+                .all(|f| (f[0] - 0.5).abs() < 0.01 && (f[1] + 0.25).abs() < 0.01)
+        );
     }
 }

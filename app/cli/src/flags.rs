@@ -47,6 +47,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::Quantizer => "--quantizer",
         Setting::Waveforms => "--waveforms",
         Setting::Ema => "--ema",
+        Setting::Stereo => "--stereo",
         Setting::Mixtures => "--mixtures",
         Setting::ClassifierArch => "--classifier",
         Setting::Generator => "--generator",

@@ -187,6 +187,7 @@ fn take(id: &str, flags: &RunSpec, into: &mut RunSpec) -> bool {
         "quantizer" => into.sashimi.quantizer = flags.sashimi.quantizer,
         "waveforms" => into.sashimi.waveforms = flags.sashimi.waveforms.clone(),
         "mixtures" => into.sashimi.mixtures = flags.sashimi.mixtures,
+        "stereo" => into.sashimi.stereo = flags.sashimi.stereo,
         "batch_size" => into.split.micro_batch = flags.split.micro_batch,
         "n_patches" => into.split.n_patches = flags.split.n_patches,
         "gradient_accumulation_steps" => into.split.accumulation = flags.split.accumulation,

@@ -95,6 +95,8 @@ pub struct SashimiSpec {
     /// A discretized mixture of logistics head of this many components instead of the
     /// 256-way categorical one.
     pub mixtures: Option<usize>,
+    /// The recordings' two channels interleaved instead of mixed down.
+    pub stereo: bool,
 }
 
 /// A `spec-classifier` run's own settings.
@@ -253,6 +255,8 @@ pub enum SpecError {
     SampleLen(String),
     /// A mixture head of no components.
     NoMixtures,
+    /// Stereo asked for the built-in digits, which are mono.
+    StereoWithoutRecordings,
     /// A share of generated patches without a generator, or outside (0, 1].
     GeneratedShare(Option<f64>),
     /// Speech recordings and a setting of machine sounds (the data root, their sizes).
@@ -331,6 +335,11 @@ impl Described for SpecError {
             SpecError::SampleLen(reason) => {
                 format!("{}: {reason}", words.setting(Setting::SampleLen))
             }
+            SpecError::StereoWithoutRecordings => format!(
+                "{} interleaves the channels of {}; the built-in spoken digits are mono",
+                words.setting(Setting::Stereo),
+                words.setting(Setting::Waveforms)
+            ),
             SpecError::NoMixtures => format!(
                 "{} takes 1 component or more (the seed's 6); leave it out for the 256-way \
                  categorical head",

@@ -132,6 +132,7 @@ impl RunSpec {
             (Setting::Quantizer, asked.quantizer.is_some()),
             (Setting::Waveforms, asked.waveforms.is_some()),
             (Setting::Mixtures, asked.mixtures.is_some()),
+            (Setting::Stereo, asked.stereo),
         ];
         let Some(&(first, _)) = given_first.iter().find(|(_, given)| *given) else {
             return Ok(());
@@ -171,7 +172,10 @@ impl RunSpec {
                 root: root.clone(),
                 sample_rate: d.sample_rate.unwrap_or(task.digits.sample_rate),
                 resample: d.resample,
+                stereo: asked.stereo,
             });
+        } else if asked.stereo {
+            return Err(SpecError::StereoWithoutRecordings);
         }
         task.check_sample_len().map_err(SpecError::SampleLen)?;
         c.model = crate::model::ModelSpec::of(&task);

@@ -74,25 +74,36 @@ fn waveform_recordings_take_the_sample_rate_and_resampling_and_no_machine_sounds
         root: "recordings".into(),
         sample_rate,
         resample,
+        stereo: false,
     };
     assert_eq!(folder(&spec), Some(at(16_000, false)));
     spec.data.sample_rate = Some(22_050);
     spec.data.resample = true;
     assert_eq!(folder(&spec), Some(at(22_050, true)));
+    spec.sashimi.stereo = true;
+    assert!(folder(&spec).is_some_and(|f| f.stereo));
+    spec.sashimi.stereo = false;
     spec.data.machine_type = Some("fan".into());
     assert!(matches!(
         spec.train_config(flex()),
         Err(SpecError::WaveformsWith(Setting::MachineType))
     ));
-    // Without recordings the rate is still the DCASE recordings' setting.
+    // Without recordings the rate is still the DCASE recordings' setting, and the built-in
+    // digits are mono.
     spec.data.machine_type = None;
     spec.sashimi.waveforms = None;
     assert!(matches!(
         spec.train_config(flex()),
         Err(SpecError::ForRecordings(Setting::SampleRate))
     ));
-    spec.model = Some("asr-transformer".into());
     spec.data = Default::default();
+    spec.sashimi.stereo = true;
+    assert!(matches!(
+        spec.train_config(flex()),
+        Err(SpecError::StereoWithoutRecordings)
+    ));
+    spec.sashimi.stereo = false;
+    spec.model = Some("asr-transformer".into());
     spec.sashimi.waveforms = Some("recordings".into());
     assert!(matches!(
         spec.train_config(flex()),

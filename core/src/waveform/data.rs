@@ -106,7 +106,7 @@ impl WaveformData {
         match &self.config.folder {
             Some(folder) => format!(
                 "the WAV and FLAC files under {} ({} train, {} validation, {} test; at {} Hz, \
-                 {}{quantizer} 8-bit), {crops}",
+                 {}{}{quantizer} 8-bit), {crops}",
                 folder.root.display(),
                 files[0],
                 files[1],
@@ -115,6 +115,11 @@ impl WaveformData {
                 match self.resampled {
                     0 => String::new(),
                     n => format!("{n} resampled, "),
+                },
+                if folder.stereo {
+                    "stereo interleaved, "
+                } else {
+                    ""
                 }
             ),
             None => {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use headroom_datasets::audio::{read_audio, resample};
+use headroom_datasets::audio::{read_audio, read_frames, resample};
 use headroom_datasets::error::{FileError, FileProblem};
 use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
 use headroom_datasets::waveform::{WaveformFiles, folder};
@@ -21,6 +21,10 @@ pub struct WaveformFolder {
     /// Hz; a file at another rate is an error unless `resample`.
     pub sample_rate: u32,
     pub resample: bool,
+    /// Two channels interleaved (`L R L R ...`, as seed 004's loader takes stereo), a mono
+    /// file's one twice; otherwise every file mixed down to mono.
+    #[serde(default)]
+    pub stereo: bool,
 }
 
 /// One split's clips.
@@ -122,6 +126,9 @@ fn halves<T: Sync>(items: &[T], make: impl Fn(&[T]) -> Made + Sync) -> Made {
 
 /// One file's samples at the folder's rate, and whether they were resampled.
 fn read(path: &Path, folder: &WaveformFolder) -> Result<(Vec<f32>, bool), FileError> {
+    if folder.stereo {
+        return read_stereo(path, folder);
+    }
     let audio = read_audio(path)?;
     if audio.samples.is_empty() {
         return Err(FileError::new(path, FileProblem::Empty));
@@ -140,4 +147,28 @@ fn read(path: &Path, folder: &WaveformFolder) -> Result<(Vec<f32>, bool), FileEr
     }
     let audio = resample(&audio, folder.sample_rate).map_err(|p| FileError::new(path, p))?;
     Ok((audio.samples, true))
+}
+
+/// [`read`] of a stereo run: two channels interleaved at the folder's rate.
+fn read_stereo(path: &Path, folder: &WaveformFolder) -> Result<(Vec<f32>, bool), FileError> {
+    let mut frames = read_frames(path)?;
+    if frames.interleaved.is_empty() {
+        return Err(FileError::new(path, FileProblem::Empty));
+    }
+    let resampled = frames.sample_rate != folder.sample_rate;
+    if resampled {
+        if !folder.resample {
+            return Err(FileError::new(
+                path,
+                FileProblem::SampleRate {
+                    found: frames.sample_rate,
+                    expected: folder.sample_rate,
+                },
+            ));
+        }
+        frames = frames
+            .resampled(folder.sample_rate)
+            .map_err(|p| FileError::new(path, p))?;
+    }
+    Ok((frames.stereo(), resampled))
 }

@@ -311,6 +311,11 @@ pub struct SashimiArgs {
     /// seed 004's SaShiMi trains with 6, instead of the 256-way categorical head.
     #[arg(long, value_name = "N")]
     pub mixtures: Option<usize>,
+    /// Take the recordings' two channels interleaved, left then right, as seed 004's loader
+    /// takes stereo (with --waveforms; a crop of --sample-len holds half as many frames, and a
+    /// mono file's channel is taken twice) instead of mixed down to mono.
+    #[arg(long, requires = "waveforms")]
+    pub stereo: bool,
 }
 
 /// The quantisers, as `--quantizer` takes them.
@@ -338,6 +343,7 @@ impl SashimiArgs {
             quantizer: self.quantizer.map(Into::into),
             waveforms: self.waveforms.clone(),
             mixtures: self.mixtures,
+            stereo: self.stereo,
         }
     }
 }
