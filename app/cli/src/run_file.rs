@@ -148,6 +148,7 @@ mod tests {
                 quantizer: Some(headroom_datasets::waveform::Quantizer::Linear),
                 waveforms: Some("recordings/piano".into()),
                 mixtures: Some(6),
+                stereo: true,
             },
         }
     }
