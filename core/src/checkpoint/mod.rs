@@ -304,20 +304,18 @@ mod tests {
         }
     }
 
+    /// A checkpoint of `model` at `step`, without a weights' average.
+    fn saved(run: &Path, step: u64, model: &VqAutoencoder) {
+        save(run, &state(step, model), model, None, &new_optimizer()).unwrap();
+    }
+
     #[test]
     fn a_crash_mid_write_leaves_the_previous_checkpoint_loadable() {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         device.seed(1);
         let first = VqAutoencoderConfig::default().init(&device);
-        save(
-            run.path(),
-            &state(1, &first),
-            &first,
-            None,
-            &new_optimizer(),
-        )
-        .unwrap();
+        saved(run.path(), 1, &first);
 
         let second = VqAutoencoderConfig::default().init(&device);
         assert!(
@@ -356,14 +354,7 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
-        save(
-            run.path(),
-            &state(1, &model),
-            &model,
-            None,
-            &new_optimizer(),
-        )
-        .unwrap();
+        saved(run.path(), 1, &model);
         let Err(error) = load::<crate::model::DcaseAeConfig>(run.path(), &device) else {
             panic!("a VQ checkpoint loaded as dcase-ae");
         };
@@ -380,14 +371,7 @@ mod tests {
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
         for step in 1..=4 {
-            save(
-                run.path(),
-                &state(step, &model),
-                &model,
-                None,
-                &new_optimizer(),
-            )
-            .unwrap();
+            saved(run.path(), step, &model);
         }
         assert_eq!(read_state(run.path()).unwrap().step, 4);
         let kept: Vec<_> = fs::read_dir(run.path().join("checkpoints"))
@@ -425,14 +409,7 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let device = BackendKind::Flex.device().unwrap().autodiff();
         let model = VqAutoencoderConfig::default().init(&device);
-        save(
-            run.path(),
-            &state(1, &model),
-            &model,
-            None,
-            &new_optimizer(),
-        )
-        .unwrap();
+        saved(run.path(), 1, &model);
         let (saved, _) = CheckpointFiles::read(run.path()).unwrap();
         let upload = Path::new("upload");
         let mut given: Vec<_> = saved

@@ -336,6 +336,18 @@ impl EventSink for Vec<Event> {
     }
 }
 
+/// The validation losses among `events`, in order: what tests of a run read.
+#[cfg(test)]
+pub(crate) fn validation_losses(events: &[Event]) -> Vec<f64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Validation { loss, .. } => Some(*loss),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use headroom_datasets::audio::{read_audio, read_frames, resample};
+use headroom_datasets::audio::{read_frames, resample};
 use headroom_datasets::error::{FileError, FileProblem};
 use headroom_datasets::speech::synthetic::{SpeechKey, SpeechSplit};
 use headroom_datasets::waveform::{WaveformFiles, folder};
@@ -124,51 +124,30 @@ fn halves<T: Sync>(items: &[T], make: impl Fn(&[T]) -> Made + Sync) -> Made {
     made
 }
 
-/// One file's samples at the folder's rate, and whether they were resampled.
+/// One file's samples at the folder's rate (its channels mixed down, or two interleaved for
+/// a stereo run), and whether they were resampled.
 fn read(path: &Path, folder: &WaveformFolder) -> Result<(Vec<f32>, bool), FileError> {
-    if folder.stereo {
-        return read_stereo(path, folder);
-    }
-    let audio = read_audio(path)?;
-    if audio.samples.is_empty() {
-        return Err(FileError::new(path, FileProblem::Empty));
-    }
-    if audio.sample_rate == folder.sample_rate {
-        return Ok((audio.samples, false));
-    }
-    if !folder.resample {
-        return Err(FileError::new(
-            path,
-            FileProblem::SampleRate {
-                found: audio.sample_rate,
-                expected: folder.sample_rate,
-            },
-        ));
-    }
-    let audio = resample(&audio, folder.sample_rate).map_err(|p| FileError::new(path, p))?;
-    Ok((audio.samples, true))
-}
-
-/// [`read`] of a stereo run: two channels interleaved at the folder's rate.
-fn read_stereo(path: &Path, folder: &WaveformFolder) -> Result<(Vec<f32>, bool), FileError> {
-    let mut frames = read_frames(path)?;
+    let frames = read_frames(path)?;
     if frames.interleaved.is_empty() {
         return Err(FileError::new(path, FileProblem::Empty));
     }
-    let resampled = frames.sample_rate != folder.sample_rate;
-    if resampled {
-        if !folder.resample {
-            return Err(FileError::new(
-                path,
-                FileProblem::SampleRate {
-                    found: frames.sample_rate,
-                    expected: folder.sample_rate,
-                },
-            ));
-        }
-        frames = frames
-            .resampled(folder.sample_rate)
-            .map_err(|p| FileError::new(path, p))?;
+    let rate = folder.sample_rate;
+    let resampled = frames.sample_rate != rate;
+    if resampled && !folder.resample {
+        return Err(FileError::new(
+            path,
+            FileProblem::SampleRate {
+                found: frames.sample_rate,
+                expected: rate,
+            },
+        ));
     }
-    Ok((frames.stereo(), resampled))
+    let here = |problem| FileError::new(path, problem);
+    let samples = match (folder.stereo, resampled) {
+        (true, true) => frames.resampled(rate).map_err(here)?.stereo(),
+        (true, false) => frames.stereo(),
+        (false, true) => resample(&frames.mixed(), rate).map_err(here)?.samples,
+        (false, false) => frames.mixed().samples,
+    };
+    Ok((samples, resampled))
 }

@@ -5,7 +5,7 @@ use burn::tensor::Int;
 use headroom_datasets::waveform::DigitsConfig;
 
 use super::*;
-use crate::events::Event;
+use crate::events::{Event, validation_losses};
 use crate::train::{Evaluation, RunOptions, RunTask, TaskData, TaskTrainer};
 use crate::{RunLength, TrainConfig};
 
@@ -98,13 +98,7 @@ fn a_waveform_run_learns_resumes_exactly_and_reports_bits() {
             _ => None,
         })
         .collect();
-    let validation: Vec<f64> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Validation { loss, .. } => Some(*loss),
-            _ => None,
-        })
-        .collect();
+    let validation = validation_losses(&events);
     assert_eq!(losses.len(), 16);
     assert!(
         (losses[0] - 8.0).abs() < 0.6,
@@ -188,13 +182,7 @@ fn a_mixture_head_learns_and_draws_clips() {
     let mut trainer = TaskTrainer::<SashimiConfig>::new(run_config, RunOptions::default()).unwrap();
     let mut events = Vec::new();
     trainer.run(&mut events).unwrap();
-    let validation: Vec<f64> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Validation { loss, .. } => Some(*loss),
-            _ => None,
-        })
-        .collect();
+    let validation = validation_losses(&events);
     assert!(
         validation.len() == 2 && validation[0] < 8.0 && validation[1] < validation[0] - 0.15,
         "the validation NLL falls: {validation:?}"

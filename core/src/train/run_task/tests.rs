@@ -16,7 +16,7 @@ use super::{EvalBatches, RunTask, TaskData};
 use crate::backend::BackendKind;
 use crate::config::{RunLength, TrainConfig};
 use crate::data::{LoaderOptions, Normalization};
-use crate::events::{DatasetReport, Event, Results, ResultsRow};
+use crate::events::{DatasetReport, Event, Results, ResultsRow, validation_losses};
 use crate::model::{AnalyticStep, DefaultBatch, ModelSpec, NamedConfig, StepLoss};
 use crate::plan::{Fixed, Planning};
 use crate::precision::Precision;
@@ -329,16 +329,6 @@ fn run(config: TrainConfig, options: RunOptions) -> (TaskTrainer<SequenceMean>, 
     let mut events = Vec::new();
     trainer.run(&mut events).unwrap();
     (trainer, events)
-}
-
-fn validation_losses(events: &[Event]) -> Vec<f64> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Validation { loss, .. } => Some(*loss),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
