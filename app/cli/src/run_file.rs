@@ -68,7 +68,9 @@ fn written_by() -> String {
 /// The run file of a run: `resolved` (its spec as it trains) after the header, which says what
 /// a re-run keeps ([`writing::text`]).
 pub fn text(resolved: &RunSpec, unix_secs: u64) -> Result<String> {
-    writing::text(resolved, &written_by(), unix_secs)
+    let again = "Train it again with `trainer-cli train --config run.toml` (flags given \
+                 beside it win) or the desktop app's Open run file.";
+    writing::text(resolved, &written_by(), again, unix_secs)
         .context("cannot write the run's settings as TOML")
 }
 

@@ -8,19 +8,18 @@ use std::path::{Path, PathBuf};
 use super::RunSpec;
 use super::file::{FILE_NAME, header};
 
-/// The run file of a run: `resolved` (its spec as it trains) after the header, which says what
-/// a re-run keeps.
+/// The run file of a run: `resolved` (its spec as it trains) after the header, which says how
+/// to train it again (`again`, in the front-end's words) and what a re-run keeps.
 pub fn text(
     resolved: &RunSpec,
     written_by: &str,
+    again: &str,
     unix_secs: u64,
 ) -> Result<String, toml::ser::Error> {
     let mut note = format!(
-        "Train it again with `trainer-cli train --config {}` (flags given beside it win) or \
-         the desktop app's Open run file. The backend, the device and the memory budget are as the run was asked for, not as \
-         this machine resolved them, so that the file runs on another machine too; every \
-         other setting is what the run trained with.",
-        FILE_NAME
+        "{again} The backend, the device and the memory budget are as the run was asked for, \
+         not as this machine resolved them, so that the file runs on another machine too; \
+         every other setting is what the run trained with."
     );
     if resolved.planner {
         note.push_str(

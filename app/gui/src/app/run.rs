@@ -62,6 +62,8 @@ impl HeadroomApp {
         let written = headroom_core::spec::writing::text(
             &spec.resolved(&config),
             &super::run_file::written_by(),
+            "Open it in the desktop app (Open run file...) to train it again, or give it to \
+             `trainer-cli train --config run.toml`.",
             now.as_secs(),
         )
         .map_err(|e| e.to_string())
