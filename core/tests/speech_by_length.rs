@@ -434,9 +434,26 @@ fn calibrating_on_short_utterances_measures_every_length() {
         config(1).target(),
         &task(),
         40,
+        32,
     ))
     .expect("every calibration step runs");
-    let frames: Vec<usize> = measured.iter().filter_map(|m| m.frames).collect();
-    assert_eq!(frames, [40, 40, 20, 20, 10, 5, 3]);
+    let shapes: Vec<(usize, usize)> = measured
+        .iter()
+        .filter_map(|m| Some((m.patches, m.frames?)))
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (1, 40),
+            (2, 40),
+            (3, 40),
+            (2, 20),
+            (4, 20),
+            (4, 10),
+            (8, 5),
+            (16, 3),
+            (32, 3)
+        ]
+    );
     assert!(measured.iter().all(|m| m.peak_bytes > 0), "{measured:?}");
 }

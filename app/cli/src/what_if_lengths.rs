@@ -55,6 +55,7 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
         format!("{} threads", rayon::current_num_threads()),
         format!("{task:?}"),
         longest.to_string(),
+        format!("{effective_batch} a step"),
     ];
     let (measured, kept) = crate::kept::kept(
         args.recalibrate,
@@ -69,13 +70,20 @@ pub fn what_if<T: BuiltIn>(args: &PlanArgs, target: Target, resident: u64) -> Re
                     target.backend
                 );
             }
-            Ok(block_on(plan::lengths::calibrate(target, &task, longest))?)
+            Ok(block_on(plan::lengths::calibrate(
+                target,
+                &task,
+                longest,
+                effective_batch,
+            ))?)
         },
     )?;
     let model = LengthModel::fit(
         &measured,
         task.parameters() * 4,
         plan::calibrate::MEMORY_MARGIN,
+        plan::lengths::scratch_threads(target),
+        plan::lengths::held_input_bytes_per_frame(target, &task, longest),
     )
     .context("no step was measured")?;
     let rows: Vec<Row> = devices

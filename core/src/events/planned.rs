@@ -127,6 +127,10 @@ pub struct StepMeasurement {
     /// micro-batches and peak, in the task's order; empty for one phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<PhaseMeasurement>,
+    /// Examples in the whole step where its last micro-batch holds fewer than `patches`
+    /// (a dry-run of a step's first micro-batch and its remainder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_examples: Option<usize>,
 }
 
 /// One phase of a measured step: its micro-batches and the most it held, above what was
@@ -153,6 +157,7 @@ impl StepMeasurement {
             peak_bytes: own.peak_bytes,
             pages: None,
             phases: Vec::new(),
+            step_examples: None,
             ..self.clone()
         })
     }

@@ -284,6 +284,10 @@ pub fn measure_cut_step<'a, T: TrainingTask>(
                 frames: None,
                 pages,
                 phases: phase_peaks,
+                step_examples: (!cut
+                    .step_examples
+                    .is_multiple_of(cut.phase_patches[0].max(1)))
+                .then_some(cut.step_examples),
             }
         };
         meter.cleanup();
@@ -300,7 +304,7 @@ pub struct Calibration {
     pub measurements: Vec<StepMeasurement>,
     /// For a task planned by length: its steps' cost by length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lengths: Option<super::length_model::LengthModel>,
+    pub lengths: Option<Box<super::length_model::LengthModel>>,
     /// A task of several phases: each phase's memory, fitted to its own peaks (the task's
     /// order); empty for one phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -564,6 +568,7 @@ mod tests {
                     gradient_bytes: 100,
                 })
                 .to_vec(),
+            step_examples: None,
         };
         let host = fit(BackendKind::Flex, vec![step(4, None), step(16, None)], 200);
         assert_eq!(host.phases.len(), 2);

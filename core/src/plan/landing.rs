@@ -82,6 +82,7 @@ mod tests {
             frames: None,
             pages: None,
             phases: Vec::new(),
+            step_examples: None,
         }
     }
 

@@ -25,16 +25,49 @@ pub struct LengthModel {
     /// On a device pool that carves pages (cubecl): the bytes by its pages instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<PagedBytes>,
+    /// Every step measured, as a single micro-batch's bytes ([`Self::step_bytes`]: the
+    /// fit's error near each, and none below it at or past its shape). Empty in models kept
+    /// before, which add the fit's largest shortfall to every prediction instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<MeasuredBytes>,
+    /// Input bytes per padded frame that a step of several micro-batches holds for every
+    /// micro-batch beside the one running, where it reads them all before the first runs
+    /// (a contrastive step's cached gradients); 0 where it reads each as it runs it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_input_bytes_per_frame: f64,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
+}
+
+/// A step's bytes measured at its shape: one micro-batch of `examples` of `frames`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredBytes {
+    pub examples: usize,
+    pub frames: usize,
+    pub bytes: f64,
 }
 
 impl LengthModel {
     /// Fits the measured steps that carry their lengths (a step of several micro-batches
-    /// read as one of its micro-batch plus the summed gradients).
-    /// `margin`: the relative margin on every prediction.
+    /// read as one of its micro-batch plus the summed gradients), on `threads` threads
+    /// (a CPU's pool; 1 on a device). `margin`: the relative margin on every prediction.
+    /// `held_input_bytes_per_frame`: [`Self::held_input_bytes_per_frame`].
+    ///
+    /// The bytes are fitted to the steps of at most [`FITTED_FRAMES`] times the longest
+    /// frames measured: calibration's, which span the shapes a run's steps mostly take.
+    /// A step's peak is the largest of several moments (the convolutions' per-thread scratch
+    /// early, every activation later), so no one polynomial follows it from one example to
+    /// a whole step of the longest: fitted to the wide steps a plan's dry-runs measure as
+    /// well, it was 5-6 MiB over every step of the recogniser's default run (+10.8% median,
+    /// 2026-12-07, 5d6fe5e). Those steps correct the fit near their own shapes instead.
     pub fn fit(
         measurements: &[StepMeasurement],
         accumulation_bytes: u64,
         margin: f64,
+        threads: usize,
+        held_input_bytes_per_frame: f64,
     ) -> Option<Self> {
         let at_length: Vec<&StepMeasurement> =
             measurements.iter().filter(|m| m.frames.is_some()).collect();
@@ -51,7 +84,13 @@ impl LengthModel {
                 0
             }
         };
-        let single = |m: &StepMeasurement| m.peak_bytes.saturating_sub(held(m)) as f64;
+        // A measured step of several micro-batches held the others' inputs as well.
+        let inputs = |m: &StepMeasurement| {
+            let step = m.step_examples.unwrap_or(m.micro_batches * m.patches);
+            let others = step.saturating_sub(m.patches) * m.frames.unwrap_or(1);
+            (held_input_bytes_per_frame * others as f64) as u64
+        };
+        let single = |m: &StepMeasurement| m.peak_bytes.saturating_sub(held(m) + inputs(m)) as f64;
         // Only single micro-batches time a micro-batch.
         let timed: Vec<(usize, usize, f64)> = at_length
             .iter()
@@ -61,12 +100,36 @@ impl LengthModel {
         let mut seconds = LengthCost::fit(&timed)?;
         // Time is predicted, not guaranteed: no shortfall.
         seconds.shortfall = 0.0;
+        let all = points(&single);
+        let longest = all.iter().map(|&(_, t, _)| t).max().unwrap_or(1);
+        let narrow: Vec<(usize, usize, f64)> = all
+            .iter()
+            .copied()
+            .filter(|&(n, t, _)| n * t <= FITTED_FRAMES * longest)
+            .collect();
+        let fitted = if narrow.len() >= MIN_FITTED {
+            &narrow
+        } else {
+            &all
+        };
+        let mut bytes = LengthCost::fit_on_threads(fitted, threads)?;
+        // The steps measured take the shortfall's place: each corrects the fit near it.
+        bytes.shortfall = 0.0;
         Some(Self {
-            bytes: LengthCost::fit(&points(&single))?,
+            bytes,
             seconds,
             accumulation_bytes,
             margin,
             pages: PagedBytes::fit(&at_length, held),
+            held_input_bytes_per_frame,
+            measured: all
+                .iter()
+                .map(|&(examples, frames, bytes)| MeasuredBytes {
+                    examples,
+                    frames,
+                    bytes,
+                })
+                .collect(),
         })
     }
 
@@ -83,11 +146,25 @@ impl LengthModel {
         if let Some(pages) = &self.pages {
             return pages.step_bytes(examples, frames, held, self.margin);
         }
-        // The shortfall (the most a measured step exceeded the fit) and the margin each
-        // cover what the fit misses: the larger of the two, not both, so a prediction is
-        // neither below a measured step nor padded twice.
         let fit = self.bytes.at(examples, frames) - self.bytes.shortfall;
-        let covered = (fit * (1.0 + self.margin)).max(fit + self.bytes.shortfall);
+        if self.measured.is_empty() {
+            // A model kept before: the shortfall (the most a measured step exceeded the
+            // fit) or the margin, the larger.
+            let covered = (fit * (1.0 + self.margin)).max(fit + self.bytes.shortfall);
+            return (covered + held as f64).ceil() as u64;
+        }
+        let near = near_error(&self.measured, &self.bytes, examples, frames);
+        let mut covered = fit * (1.0 + near) * (1.0 + self.margin);
+        // Bytes grow with examples and frames, and the fit falls further short the further
+        // it reaches: never below a step measured at or under this shape, nor below the fit
+        // grown from it as from where it was measured.
+        for m in &self.measured {
+            if m.examples <= examples && m.frames <= frames {
+                let there = self.bytes.at(m.examples, m.frames) - self.bytes.shortfall;
+                let grown = if there > 0.0 { fit / there } else { 1.0 };
+                covered = covered.max(m.bytes * grown.max(1.0) * (1.0 + self.margin));
+            }
+        }
         (covered + held as f64).ceil() as u64
     }
 
@@ -106,23 +183,61 @@ impl LengthModel {
     }
 
     /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of
-    /// `sizes`: its largest micro-batch's, each at its longest example.
+    /// `sizes`: its largest micro-batch's, each at its longest example, with the inputs of
+    /// the others where the step holds them ([`Self::held_input_bytes_per_frame`]).
     pub fn packed_bytes(&self, lengths: &[usize], sizes: &[usize]) -> u64 {
         let accumulating = sizes.len() > 1;
+        let padded = |batch: &[usize]| batch.len() * batch.last().copied().unwrap_or(0);
+        let step_frames: usize = lengths::micro_batches(lengths, sizes).map(padded).sum();
         lengths::micro_batches(lengths, sizes)
             .map(|batch| {
                 let longest = batch.last().copied().unwrap_or(0);
-                self.step_bytes(batch.len(), longest, accumulating)
+                let others = if accumulating {
+                    step_frames - padded(batch)
+                } else {
+                    0
+                };
+                self.step_bytes(batch.len(), longest, accumulating) + self.held_inputs(others)
             })
             .max()
             .unwrap_or(0)
     }
 
+    /// Bytes of the held inputs of `frames` padded frames beside the running micro-batch.
+    pub fn held_inputs(&self, frames: usize) -> u64 {
+        (self.held_input_bytes_per_frame * frames as f64).ceil() as u64
+    }
+
+    /// Predicted peak bytes of a full micro-batch of `examples` of `frames` in a step of
+    /// `effective_batch` examples of `typical` frames: what the step holds beside it where
+    /// it accumulates (the others' inputs at `typical`, or `frames` when less).
+    pub fn bucket_bytes(
+        &self,
+        examples: usize,
+        frames: usize,
+        effective_batch: usize,
+        typical: usize,
+    ) -> u64 {
+        let accumulating = examples < effective_batch;
+        let others = effective_batch.saturating_sub(examples) * typical.min(frames);
+        self.step_bytes(examples, frames, accumulating) + self.held_inputs(others)
+    }
+
     /// The most examples of `frames` (at most `most`) whose step fits in `available` bytes;
     /// 0 when not one does.
-    pub fn cap(&self, frames: usize, available: u64, most: usize, accumulating: bool) -> usize {
+    /// `accumulating`: beside a step's summed gradients, and the inputs it holds for the
+    /// rest of a step of `most` examples of `typical` frames.
+    pub fn cap(
+        &self,
+        frames: usize,
+        available: u64,
+        most: usize,
+        accumulating: bool,
+        typical: usize,
+    ) -> usize {
         most_that_fits(most.max(1), |n| {
-            self.step_bytes(n, frames, accumulating) <= available
+            let step = if accumulating { most.max(n + 1) } else { n };
+            self.bucket_bytes(n, frames, step, typical) <= available
         })
     }
 
@@ -152,18 +267,19 @@ impl LengthModel {
         available: u64,
     ) -> Result<LengthBuckets, u64> {
         let edges = lengths::edges(lengths, BUCKETS);
+        let typical = typical_length(lengths);
         let mut buckets = Vec::with_capacity(edges.len());
         for frames in edges {
-            let alone = self.cap(frames, available, effective_batch, false);
+            let alone = self.cap(frames, available, effective_batch, false, typical);
             // A bucket that cannot hold a whole step accumulates, and holds the gradients.
             let examples = if alone >= effective_batch {
                 alone
             } else {
-                self.cap(frames, available, effective_batch, true)
+                self.cap(frames, available, effective_batch, true, typical)
             };
             if examples == 0 {
                 let longest = lengths.iter().copied().max().unwrap_or(frames);
-                return Err(self.step_bytes(1, longest, effective_batch > 1));
+                return Err(self.bucket_bytes(1, longest, effective_batch, typical));
             }
             buckets.push(LengthBucket { frames, examples });
         }
@@ -197,11 +313,14 @@ impl LengthModel {
     }
 
     /// The predicted peak over every bucket's full micro-batch.
-    pub fn peak(&self, buckets: &LengthBuckets, effective_batch: usize) -> u64 {
+    /// `lengths`: the run's, whose mean is what the other examples of a step are taken to
+    /// be ([`Self::bucket_bytes`]).
+    pub fn peak(&self, buckets: &LengthBuckets, effective_batch: usize, lengths: &[usize]) -> u64 {
+        let typical = typical_length(lengths);
         buckets
             .buckets
             .iter()
-            .map(|b| self.step_bytes(b.examples, b.frames, b.examples < effective_batch))
+            .map(|b| self.bucket_bytes(b.examples, b.frames, effective_batch, typical))
             .max()
             .unwrap_or(0)
     }
@@ -237,6 +356,47 @@ impl LengthModel {
         }
         predicted
     }
+}
+
+/// How far past the longest frames measured (in examples x frames) a step may be and still
+/// be fitted: calibration's widest, three of the longest on a CPU.
+pub const FITTED_FRAMES: usize = 3;
+
+/// Fewer fitted steps than this and every step measured is fitted.
+const MIN_FITTED: usize = 3;
+
+/// How near a measured step must be to correct a prediction, in natural logs of the
+/// examples and of the frames: a step at 4/3 of either counts 71% as much as one at the
+/// shape itself, one at twice either 15%.
+const NEAR: f64 = 0.5;
+
+/// What the fit alone is taken to weigh against the steps measured near a shape: far from
+/// every one, a prediction is the fit's.
+const FIT_WEIGHT: f64 = 0.1;
+
+/// The fit's relative error near `examples` x `frames`: the measured steps' own, each
+/// weighted by how near it is (a Gaussian in log examples and log frames).
+fn near_error(measured: &[MeasuredBytes], fit: &LengthCost, examples: usize, frames: usize) -> f64 {
+    let (n, t) = (examples.max(1) as f64, frames.max(1) as f64);
+    let (mut weighted, mut weights) = (0.0, FIT_WEIGHT);
+    for m in measured {
+        let fitted = fit.at(m.examples, m.frames) - fit.shortfall;
+        if fitted <= 0.0 {
+            continue;
+        }
+        let distance =
+            (n / m.examples.max(1) as f64).ln().powi(2) + (t / m.frames.max(1) as f64).ln().powi(2);
+        let weight = (-distance / (NEAR * NEAR)).exp();
+        weighted += weight * (m.bytes / fitted - 1.0);
+        weights += weight;
+    }
+    weighted / weights
+}
+
+/// The mean of `lengths`, rounded up: the frames a step's other examples are taken to have
+/// where it holds their inputs (a step's share of long examples is a bucket's to bound).
+fn typical_length(lengths: &[usize]) -> usize {
+    lengths.iter().sum::<usize>().div_ceil(lengths.len().max(1))
 }
 
 /// The most `n` in `1..=most` that `fits`, which holds up to some `n` and not past it (a

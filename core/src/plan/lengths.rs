@@ -10,7 +10,7 @@
 //! step's examples are packed into as many micro-batches as their lengths need, and each
 //! micro-batch's loss is weighted by its share of the step.
 
-use super::calibrate::{self, CalibrationError, MEMORY_MARGIN, measure_accumulating_step};
+use super::calibrate::{self, CalibrationError, MEMORY_MARGIN};
 use super::search::PlanError;
 use super::{Calibration, MAX_DRY_RUNS, PlanRequest, Planning, PlanningError, Prepared, RunShare};
 use crate::backend::Target;
@@ -24,63 +24,9 @@ pub use crate::lengths::LengthCost;
 use crate::precision::Precision;
 use crate::task::TrainingTask;
 
-/// Steps measured at lengths: one and two examples of the longest (the fixed part and the
-/// per-example part there), two and four at half, four at a quarter and eight at an eighth
-/// of it (the curve, and what an example costs whatever its length), and sixteen at a sixteenth:
-/// a micro-batch as wide as a step of short examples, which the narrower points
-/// under-predicted by up to a fifth (bench/speech_inrun at a5ed5fe). Each holds about as
-/// many frames as one example of the longest, so none needs much more memory than it.
-/// Four at half, beside two: on a CPU of several threads one example's step takes one
-/// thread's scratch where two take two, so one and two of the longest alone read that
-/// scratch as each example's, and the fit's largest shortfall, added to every prediction,
-/// grows with it (bench/speech_inrun, the recogniser's runs: worst 6.3-9.6% with six
-/// points, 3.5-3.6% with seven; docs/BENCHMARKS.md).
-fn calibration_points(longest: usize) -> [(usize, usize); 7] {
-    [
-        (1, longest),
-        (2, longest),
-        (2, longest.div_ceil(2)),
-        (4, longest.div_ceil(2)),
-        (4, longest.div_ceil(4)),
-        (8, longest.div_ceil(8)),
-        (16, longest.div_ceil(16)),
-    ]
-}
-
-fn measure_at<'a, T: TrainingTask>(
-    target: Target,
-    task: &'a T,
-    examples: usize,
-    frames: usize,
-    micro_batches: usize,
-) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
-    Box::pin(async move {
-        let at = task.at_length(frames).unwrap_or_else(|| task.clone());
-        let mut m =
-            measure_accumulating_step(target, &at, examples, micro_batches, Precision::F32, false)
-                .await?;
-        m.frames = Some(frames);
-        Ok(m)
-    })
-}
-
-/// Steps of `task` measured at lengths up to `longest` frames: what its model by length is
-/// fitted to ([`LengthModel::fit`]).
-pub fn calibrate<'a, T: TrainingTask>(
-    target: Target,
-    task: &'a T,
-    longest: usize,
-) -> LocalFuture<'a, Result<Vec<StepMeasurement>, CalibrationError>> {
-    Box::pin(async move {
-        // The first step in a process sets up what stays for its life; not the step's cost.
-        measure_at(target, task, 1, longest.div_ceil(4), 1).await?;
-        let mut measurements = Vec::new();
-        for (examples, frames) in calibration_points(longest) {
-            measurements.push(measure_at(target, task, examples, frames, 1).await?);
-        }
-        Ok(measurements)
-    })
-}
+mod measuring;
+pub use measuring::{calibrate, held_input_bytes_per_frame, scratch_threads};
+use measuring::{measure_at, measured_step};
 
 /// Whether `request` leaves the split to a length plan: micro-batch and accumulation open,
 /// f32 without checkpointing (what planning by length measures). Otherwise the run is a
@@ -112,7 +58,9 @@ pub fn prepare<'a, T: TrainingTask>(
         // What a step of several micro-batches holds beside one micro-batch's step: the summed
         // gradients and, for a step cut by gradient caching, its cache.
         let gradient_bytes = task.parameters() * 4 + task.cache_bytes(effective_batch);
-        let mut measurements = calibrate(target, task, longest).await?;
+        let mut measurements = calibrate(target, task, longest, effective_batch).await?;
+        let threads = scratch_threads(target);
+        let held_inputs = held_input_bytes_per_frame(target, task, longest);
         // After calibrating, as `super::prepare` reads it: what the process set up in its
         // first steps is in use for its life, and the measured steps start from it.
         let resident = share.resident(super::in_use_now(target));
@@ -139,8 +87,14 @@ pub fn prepare<'a, T: TrainingTask>(
         let extra = |over: &[(usize, usize)]| over.len().min(OVER_TRIES);
         'tries: while attempt < MAX_DRY_RUNS + 1 + refusals + landings + extra(&over) {
             attempt += 1;
-            let mut model = LengthModel::fit(&measurements, gradient_bytes, MEMORY_MARGIN)
-                .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
+            let mut model = LengthModel::fit(
+                &measurements,
+                gradient_bytes,
+                MEMORY_MARGIN,
+                threads,
+                held_inputs,
+            )
+            .ok_or_else(|| PlanningError::DryRunsFailed("no step was measured".into()))?;
             if let Some(timing) = planning.length_timing {
                 model.seconds = timing;
             }
@@ -204,8 +158,12 @@ pub fn prepare<'a, T: TrainingTask>(
                 .filter(|_| landings < MAX_LANDINGS)
                 .find_map(|b| near_examples(&measurements, b).map(|near| (near, b.frames, b)));
             if let Some((near, frames, bucket)) = landing {
-                let micro_batches = if accumulating(bucket) { 2 } else { 1 };
-                match measure_at(target, task, near, frames, micro_batches).await {
+                let step = if accumulating(bucket) {
+                    measured_step(target, near, effective_batch).max(near + 1)
+                } else {
+                    near
+                };
+                match measure_at(target, task, near, frames, step).await {
                     Ok(m) => measurements.push(m),
                     // A step the device refuses is left to the dry-run, which halves.
                     Err(CalibrationError::Step(error)) if error.device_refusal().is_some() => {}
@@ -215,9 +173,12 @@ pub fn prepare<'a, T: TrainingTask>(
                 continue 'tries;
             }
             for bucket in checks {
-                let micro_batches = if accumulating(&bucket) { 2 } else { 1 };
-                let predicted = beside
-                    + model.step_bytes(bucket.examples, bucket.frames, accumulating(&bucket));
+                let step = measured_step(target, bucket.examples, effective_batch);
+                let sizes: Vec<usize> = [bucket.examples, step - bucket.examples]
+                    .into_iter()
+                    .filter(|&size| size > 0)
+                    .collect();
+                let predicted = beside + model.packed_bytes(&vec![bucket.frames; step], &sizes);
                 let report = |measured_peak_bytes, fits, refused| DryRunReport {
                     attempt,
                     micro_batch: bucket.examples,
@@ -233,26 +194,23 @@ pub fn prepare<'a, T: TrainingTask>(
                     refused,
                     phases: Vec::new(),
                 };
-                let m =
-                    match measure_at(target, task, bucket.examples, bucket.frames, micro_batches)
-                        .await
-                    {
-                        Ok(m) => m,
-                        Err(CalibrationError::Step(error)) => {
-                            let Some(refused) = error.device_refusal() else {
-                                return Err(CalibrationError::Step(error).into());
-                            };
-                            sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
-                            last = format!(
-                                "{} examples of {} frames, refused by the device: {refused}",
-                                bucket.examples, bucket.frames
-                            );
-                            most_frames = Some(bucket.examples * bucket.frames / 2);
-                            refusals += 1;
-                            continue 'tries;
-                        }
-                        Err(other) => return Err(other.into()),
-                    };
+                let m = match measure_at(target, task, bucket.examples, bucket.frames, step).await {
+                    Ok(m) => m,
+                    Err(CalibrationError::Step(error)) => {
+                        let Some(refused) = error.device_refusal() else {
+                            return Err(CalibrationError::Step(error).into());
+                        };
+                        sink.emit(Event::DryRun(report(0, false, Some(refused.clone()))));
+                        last = format!(
+                            "{} examples of {} frames, refused by the device: {refused}",
+                            bucket.examples, bucket.frames
+                        );
+                        most_frames = Some(bucket.examples * bucket.frames / 2);
+                        refusals += 1;
+                        continue 'tries;
+                    }
+                    Err(other) => return Err(other.into()),
+                };
                 let measured_peak = beside + m.peak_bytes;
                 let fits = measured_peak <= request.budget_bytes;
                 sink.emit(Event::DryRun(report(measured_peak, fits, None)));
@@ -276,6 +234,8 @@ pub fn prepare<'a, T: TrainingTask>(
                         &[measurements.as_slice(), std::slice::from_ref(&m)].concat(),
                         gradient_bytes,
                         MEMORY_MARGIN,
+                        threads,
+                        held_inputs,
                     )
                     .and_then(|model| model.most_after_over(&m, available));
                     let most = fewer_after_over(bucket.examples, m.peak_bytes, available);
@@ -381,10 +341,10 @@ fn accept<T: TrainingTask>(
     let mut calibration: Calibration =
         calibrate::fit(target.backend, at_longest, model.accumulation_bytes);
     calibration.measurements = measurements;
-    calibration.lengths = Some(model.clone());
+    calibration.lengths = Some(Box::new(model.clone()));
     let predicted = model.epochs(&buckets, lengths, effective_batch, PREDICTED_EPOCHS);
     let padding = predicted.padding;
-    let most_bytes = beside + model.peak(&buckets, effective_batch);
+    let most_bytes = beside + model.peak(&buckets, effective_batch, lengths);
     let cap = buckets.longest_cap();
     let shortest = buckets.buckets.first().copied();
     let plan = Plan {
@@ -445,7 +405,7 @@ mod tests {
     #[test]
     fn the_h200s_steps_are_predicted_at_or_above_what_the_pool_took() {
         let steps = h200_steps();
-        let model = LengthModel::fit(&steps, GRADIENTS, 0.02).unwrap();
+        let model = LengthModel::fit(&steps, GRADIENTS, 0.02, 1, 0.0).unwrap();
         // The steps in the largest pages, where a run's steps are carved (the paged model's
         // rule): the third try's two.
         for m in &steps[10..] {
@@ -488,7 +448,7 @@ mod tests {
         let available = 1024 * MIB;
         assert!(over.peak_bytes > available);
         // Fitted to the steps before it, the model gave that shape.
-        let before = LengthModel::fit(&steps[..10], GRADIENTS, 0.02).unwrap();
+        let before = LengthModel::fit(&steps[..10], GRADIENTS, 0.02, 1, 0.0).unwrap();
         let mut buckets = before.buckets(&lengths(), 128, available).unwrap();
         let cap = buckets.buckets.last().map_or(0, |b| b.examples);
         assert!(cap >= 16, "{cap}");
@@ -509,7 +469,7 @@ mod tests {
     fn a_step_over_a_paged_pool_is_cut_a_page_at_once() {
         let steps = h200_steps();
         let available = 1024 * MIB;
-        let model = LengthModel::fit(&steps, GRADIENTS, 0.02).unwrap();
+        let model = LengthModel::fit(&steps, GRADIENTS, 0.02, 1, 0.0).unwrap();
         for (over, most) in [(&steps[10], 14), (&steps[11], 119)] {
             let pool = over.pages.unwrap();
             assert_eq!((pool.pages, pool.page_bytes), (15, 68 * MIB));
@@ -539,7 +499,7 @@ mod tests {
                 m
             })
             .collect();
-        let cpu = LengthModel::fit(&all, GRADIENTS, 0.02).unwrap();
+        let cpu = LengthModel::fit(&all, GRADIENTS, 0.02, 1, 0.0).unwrap();
         assert_eq!(cpu.most_after_over(&flat, available), None);
     }
 

@@ -269,6 +269,7 @@ mod tests {
                 frames: Some(t),
                 pages: Some(step),
                 phases: Vec::new(),
+                step_examples: None,
             }
         })
         .collect()

@@ -22,6 +22,7 @@ fn model() -> LengthModel {
         per_length: 0.0,
         per_length_squared: 0.0,
         shortfall: 0.0,
+        threads: 1,
     };
     LengthModel {
         bytes: cost,
@@ -33,10 +34,13 @@ fn model() -> LengthModel {
             per_length: 0.0,
             per_length_squared: 0.0,
             shortfall: 0.0,
+            threads: 1,
         },
         accumulation_bytes: 1_000_000,
         margin: 0.0,
         pages: None,
+        measured: Vec::new(),
+        held_input_bytes_per_frame: 0.0,
     }
 }
 
@@ -141,7 +145,7 @@ fn each_bucket_holds_the_most_examples_that_fit_and_long_ones_hold_fewer() {
             );
         }
     }
-    assert!(model.peak(&buckets, 64) <= available);
+    assert!(model.peak(&buckets, 64, &lengths) <= available);
 }
 
 #[test]
@@ -187,5 +191,116 @@ fn an_epoch_is_predicted_over_sorted_packed_steps() {
         "sorted {:.3}, as drawn {:.3}",
         padding.share(),
         drawn_padding.share()
+    );
+}
+
+/// On a CPU of two threads a step of one example takes one thread's scratch and a step of
+/// more takes two (`model::cpu_kernels::per_thread`): fitted on calibration's shapes with
+/// the threads counted, the fit follows one example and many to within a millionth, where
+/// the scratch read as once a step puts one example of the longest a thread's scratch over.
+#[test]
+fn scratch_is_fitted_per_thread_at_work() {
+    let cost = |n: usize, t: usize| exact(n, t) + n.min(2) as f64 * (5e3 * t as f64);
+    let points: Vec<(usize, usize, f64)> = [
+        (1, 2_000),
+        (2, 2_000),
+        (3, 2_000),
+        (2, 1_000),
+        (4, 1_000),
+        (4, 500),
+        (8, 250),
+        (16, 125),
+    ]
+    .iter()
+    .map(|&(n, t)| (n, t, cost(n, t)))
+    .collect();
+    let fit = LengthCost::fit_on_threads(&points, 2).unwrap();
+    for (n, t) in [(1, 3_000), (12, 2_000), (30, 300)] {
+        let (want, got) = (cost(n, t), fit.at(n, t));
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "{n} x {t}: {got} vs {want}: {fit:?}"
+        );
+    }
+    let once = LengthCost::fit(&points).unwrap();
+    assert!(once.at(1, 2_000) > cost(1, 2_000) + 1e6, "{once:?}");
+}
+
+/// A measured step of `n` examples of `t` frames, `bytes` above what was before it.
+fn measured(n: usize, t: usize, bytes: f64) -> StepMeasurement {
+    StepMeasurement {
+        patches: n,
+        checkpointing: false,
+        precision: crate::precision::Precision::F32,
+        peak_bytes: bytes as u64,
+        seconds: 0.01 * (n * t) as f64 / 1e3,
+        micro_batches: 1,
+        frames: Some(t),
+        pages: None,
+        phases: Vec::new(),
+        step_examples: None,
+    }
+}
+
+/// Calibration's steps, and a wide one a dry-run measured where the cost grows faster (a
+/// step's peak moving from the threads' scratch to every activation held): the wide step
+/// is not fitted, so steps like calibration's are predicted as before, and it lifts the
+/// predictions near it and every wider one to at least itself.
+#[test]
+fn a_wide_step_measured_corrects_the_fit_near_it_and_bounds_the_wider() {
+    let calibration: Vec<StepMeasurement> = [
+        (1, 2_000),
+        (2, 2_000),
+        (3, 2_000),
+        (2, 1_000),
+        (4, 1_000),
+        (4, 500),
+        (8, 250),
+        (16, 125),
+    ]
+    .iter()
+    .map(|&(n, t)| measured(n, t, exact(n, t)))
+    .collect();
+    // 20% over the calibration's cost at eight of the longest.
+    let wide = measured(8, 2_000, 1.2 * exact(8, 2_000));
+    let margin = 0.02;
+    let before = LengthModel::fit(&calibration, 0, margin, 2, 0.0).unwrap();
+    let with_wide = [calibration.clone(), vec![wide.clone()]].concat();
+    let after = LengthModel::fit(&with_wide, 0, margin, 2, 0.0).unwrap();
+    assert_eq!(after.bytes, before.bytes, "the wide step is not fitted");
+    for (n, t) in [(1, 2_000), (4, 500), (16, 125)] {
+        let (b, a) = (
+            before.step_bytes(n, t, false),
+            after.step_bytes(n, t, false),
+        );
+        assert!(
+            a as f64 <= b as f64 * 1.001,
+            "{n} x {t}: {a} after against {b}"
+        );
+        assert!(b as f64 >= exact(n, t), "{n} x {t}: {b} below the cost");
+    }
+    assert!(after.step_bytes(8, 2_000, false) as f64 >= wide.peak_bytes as f64 * (1.0 + margin));
+    assert!(after.step_bytes(12, 2_500, false) as f64 >= 1.2 * exact(12, 2_500));
+    let near = after.step_bytes(7, 2_000, false) as f64 / exact(7, 2_000);
+    assert!(
+        near > 1.1,
+        "seven of the longest predicted at {near} of the fit"
+    );
+}
+
+/// A step that reads every micro-batch before the first runs holds the others' inputs
+/// beside each: its peak is its largest micro-batch with the rest's frames beside it.
+#[test]
+fn a_step_holding_every_input_is_predicted_with_the_others_inputs() {
+    let mut model = model();
+    let plain = model.packed_bytes(&[100, 100, 1_000], &[2, 1]);
+    model.held_input_bytes_per_frame = 10.0;
+    let held = model.packed_bytes(&[100, 100, 1_000], &[2, 1]);
+    // The long example's micro-batch is the larger, with the two short ones' 200 frames.
+    assert_eq!(held, plain + 2_000);
+    // One micro-batch holds nothing beside itself.
+    assert_eq!(
+        model.packed_bytes(&[100, 1_000], &[2]),
+        model.step_bytes(2, 1_000, false)
     );
 }
