@@ -170,8 +170,8 @@ fn holds_its_plan() {
             lengths.most_bytes
         );
         // Each step's own prediction: the model at the micro-batches it packed, within what
-        // the plan allows, and not far under what the step reached (the in-run accuracy is
-        // bench/speech_inrun's; this catches a prediction of another step or none).
+        // the plan allows, and within 8% of what the step reached either way (the planner's
+        // target for a step; bench/speech_inrun measures it over budgets and threads).
         let predicted = s
             .predicted_peak_bytes
             .expect("a step of a length plan carries its prediction");
@@ -181,10 +181,12 @@ fn holds_its_plan() {
             s.step,
             lengths.most_bytes
         );
+        let error = predicted as f64 / s.mem_peak_bytes as f64 - 1.0;
         assert!(
-            predicted as f64 >= 0.9 * s.mem_peak_bytes as f64,
-            "step {} predicted {predicted}, far under the {} it reached",
+            error.abs() <= 0.08,
+            "step {} predicted {predicted}, {:+.1}% off the {} it reached",
             s.step,
+            100.0 * error,
             s.mem_peak_bytes
         );
         packed_apart |= s.accumulation > 1;
