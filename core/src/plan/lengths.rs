@@ -61,6 +61,7 @@ pub fn prepare<'a, T: TrainingTask>(
         let mut measurements = calibrate(target, task, longest, effective_batch).await?;
         let threads = scratch_threads(target);
         let held_inputs = held_input_bytes_per_frame(target, task, longest);
+        let holds_inputs = held_inputs > 0.0;
         // After calibrating, as `super::prepare` reads it: what the process set up in its
         // first steps is in use for its life, and the measured steps start from it.
         let resident = share.resident(super::in_use_now(target));
@@ -158,8 +159,9 @@ pub fn prepare<'a, T: TrainingTask>(
                 .filter(|_| landings < MAX_LANDINGS)
                 .find_map(|b| near_examples(&measurements, b).map(|near| (near, b.frames, b)));
             if let Some((near, frames, bucket)) = landing {
+                // As the bucket's dry-run will: two micro-batches where its step accumulates.
                 let step = if accumulating(bucket) {
-                    measured_step(target, near, effective_batch).max(near + 1)
+                    measured_step(near, effective_batch, holds_inputs)
                 } else {
                     near
                 };
@@ -173,7 +175,7 @@ pub fn prepare<'a, T: TrainingTask>(
                 continue 'tries;
             }
             for bucket in checks {
-                let step = measured_step(target, bucket.examples, effective_batch);
+                let step = measured_step(bucket.examples, effective_batch, holds_inputs);
                 let sizes: Vec<usize> = [bucket.examples, step - bucket.examples]
                     .into_iter()
                     .filter(|&size| size > 0)

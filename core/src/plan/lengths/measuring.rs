@@ -23,14 +23,14 @@ use super::{LengthCost, LengthModel};
 /// grows with it (bench/speech_inrun, the recogniser's runs: worst 6.3-9.6% with six
 /// points, 3.5-3.6% with seven; docs/BENCHMARKS.md).
 ///
-/// On a CPU (`host`), the fit is made to these steps alone ([`LengthModel::fit`]), and two
-/// more keep it right where a run's steps go: three of the longest, past two threads'
-/// scratch (without it the fit put the recogniser's third example of 2,947 frames at 18 MiB
-/// where it takes 26, its fourth to eighth 30 each, and planned wide buckets of long
-/// utterances 5-23% short); and the sixteenth as wide as a step (`widest` examples, when
-/// more than sixteen), where a step's peak is set by every activation rather than by the
-/// threads' scratch (without it speech-clap's steps of 64 short pairs were predicted up to
-/// 8% short). 2-core AMD EPYC, 2026-12-07.
+/// On a CPU (`host`) two more. Three of the longest, past two threads' scratch: without it
+/// the fit put the recogniser's third example of 2,947 frames at 18 MiB where it takes 26
+/// (its fourth to eighth 30 each), and planned wide buckets of long utterances 5-23% short.
+/// And the sixteenth as wide as a step (`widest` examples, when more than sixteen): wider
+/// than the fit is made to ([`LengthModel::fit`]), it corrects the fit near steps of many
+/// short examples, whose peak is set by every activation rather than by the threads'
+/// scratch (without it speech-clap's steps of 64 short pairs were predicted up to 8% short).
+/// 2-core AMD EPYC, 2026-12-07.
 fn calibration_points(longest: usize, host: bool, widest: usize) -> Vec<(usize, usize)> {
     let mut points = vec![
         (1, longest),
@@ -72,13 +72,15 @@ pub(super) fn measure_at<'a, T: TrainingTask>(
 }
 
 /// The examples of a measured step whose micro-batches hold `examples` each: one
-/// micro-batch, or where a step of `effective_batch` accumulates, two. On a CPU the second
-/// is what a step has left (a step holding every micro-batch's inputs holds no more); on a
-/// device pool both are whole, as the pool's model was fitted to.
-pub(super) fn measured_step(target: Target, examples: usize, effective_batch: usize) -> usize {
+/// micro-batch, or where a step of `effective_batch` accumulates, two. Where the step holds
+/// every micro-batch's inputs (`holds_inputs`, on a CPU) the second is what a step has left:
+/// two whole ones hold more inputs than any step of the run. Elsewhere both are whole, so
+/// that the second holds a whole micro-batch beside the summed gradients, as a run's later
+/// micro-batches do (and a device pool's model was fitted to such steps).
+pub(super) fn measured_step(examples: usize, effective_batch: usize, holds_inputs: bool) -> usize {
     if examples >= effective_batch {
         examples
-    } else if target.backend.is_host() {
+    } else if holds_inputs {
         (2 * examples).min(effective_batch)
     } else {
         2 * examples
