@@ -194,6 +194,18 @@ fn an_epoch_is_predicted_over_sorted_packed_steps() {
     );
 }
 
+/// Calibration's shapes on a CPU at a longest of 2,000 frames (`plan::lengths::measuring`).
+const CALIBRATION: [(usize, usize); 8] = [
+    (1, 2_000),
+    (2, 2_000),
+    (3, 2_000),
+    (2, 1_000),
+    (4, 1_000),
+    (4, 500),
+    (8, 250),
+    (16, 125),
+];
+
 /// On a CPU of two threads a step of one example takes one thread's scratch and a step of
 /// more takes two (`model::cpu_kernels::per_thread`): fitted on calibration's shapes with
 /// the threads counted, the fit follows one example and many to within a millionth, where
@@ -201,19 +213,10 @@ fn an_epoch_is_predicted_over_sorted_packed_steps() {
 #[test]
 fn scratch_is_fitted_per_thread_at_work() {
     let cost = |n: usize, t: usize| exact(n, t) + n.min(2) as f64 * (5e3 * t as f64);
-    let points: Vec<(usize, usize, f64)> = [
-        (1, 2_000),
-        (2, 2_000),
-        (3, 2_000),
-        (2, 1_000),
-        (4, 1_000),
-        (4, 500),
-        (8, 250),
-        (16, 125),
-    ]
-    .iter()
-    .map(|&(n, t)| (n, t, cost(n, t)))
-    .collect();
+    let points: Vec<(usize, usize, f64)> = CALIBRATION
+        .iter()
+        .map(|&(n, t)| (n, t, cost(n, t)))
+        .collect();
     let fit = LengthCost::fit_on_threads(&points, 2).unwrap();
     for (n, t) in [(1, 3_000), (12, 2_000), (30, 300)] {
         let (want, got) = (cost(n, t), fit.at(n, t));
@@ -248,19 +251,10 @@ fn measured(n: usize, t: usize, bytes: f64) -> StepMeasurement {
 /// predictions near it and every wider one to at least itself.
 #[test]
 fn a_wide_step_measured_corrects_the_fit_near_it_and_bounds_the_wider() {
-    let calibration: Vec<StepMeasurement> = [
-        (1, 2_000),
-        (2, 2_000),
-        (3, 2_000),
-        (2, 1_000),
-        (4, 1_000),
-        (4, 500),
-        (8, 250),
-        (16, 125),
-    ]
-    .iter()
-    .map(|&(n, t)| measured(n, t, exact(n, t)))
-    .collect();
+    let calibration: Vec<StepMeasurement> = CALIBRATION
+        .iter()
+        .map(|&(n, t)| measured(n, t, exact(n, t)))
+        .collect();
     // 20% over the calibration's cost at eight of the longest.
     let wide = measured(8, 2_000, 1.2 * exact(8, 2_000));
     let margin = 0.02;
