@@ -62,6 +62,11 @@ impl LengthCost {
             + self.shortfall
     }
 
+    /// [`Self::at`] without the shortfall: the least-squares fit alone.
+    pub fn fitted(&self, examples: usize, frames: usize) -> f64 {
+        self.at(examples, frames) - self.shortfall
+    }
+
     /// The least-squares fit to `(examples, frames, value)`, its coefficients kept at zero
     /// or above (a negative cost is noise on a small term): of the fits of every subset of
     /// the terms whose coefficients are, the closest.

@@ -118,9 +118,16 @@ impl Cut {
     /// Every phase in `micro_batches` micro-batches of `patches`.
     pub fn even<T: TrainingTask>(task: &T, patches: usize, micro_batches: usize) -> Self {
         let patches = patches.max(1);
+        Self::of_step(task, patches, patches * micro_batches.max(1))
+    }
+
+    /// Every phase in micro-batches of `patches` over a step of `step_examples` (at least
+    /// one micro-batch), the last micro-batch the remainder.
+    pub fn of_step<T: TrainingTask>(task: &T, patches: usize, step_examples: usize) -> Self {
+        let patches = patches.max(1);
         Self {
             phase_patches: vec![patches; task.phases().len()],
-            step_examples: patches * micro_batches.max(1),
+            step_examples: step_examples.max(patches),
         }
     }
 

@@ -146,7 +146,7 @@ impl LengthModel {
         if let Some(pages) = &self.pages {
             return pages.step_bytes(examples, frames, held, self.margin);
         }
-        let fit = self.bytes.at(examples, frames) - self.bytes.shortfall;
+        let fit = self.bytes.fitted(examples, frames);
         if self.measured.is_empty() {
             // A model kept before: the shortfall (the most a measured step exceeded the
             // fit) or the margin, the larger.
@@ -171,7 +171,7 @@ impl LengthModel {
         // grown from it as from where it was measured.
         for m in &self.measured {
             if m.examples <= examples && m.frames <= frames {
-                let there = self.bytes.at(m.examples, m.frames) - self.bytes.shortfall;
+                let there = self.bytes.fitted(m.examples, m.frames);
                 let grown = if there > 0.0 { fit / there } else { 1.0 };
                 covered = covered.max(m.bytes * grown.max(1.0) * (1.0 + margin));
             }
@@ -391,7 +391,7 @@ fn near_error(measured: &[MeasuredBytes], fit: &LengthCost, examples: usize, fra
     let (n, t) = (examples.max(1) as f64, frames.max(1) as f64);
     let (mut weighted, mut weights) = (0.0, FIT_WEIGHT);
     for m in measured {
-        let fitted = fit.at(m.examples, m.frames) - fit.shortfall;
+        let fitted = fit.fitted(m.examples, m.frames);
         if fitted <= 0.0 {
             continue;
         }

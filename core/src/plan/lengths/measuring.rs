@@ -19,9 +19,9 @@ use super::{LengthCost, LengthModel};
 /// many frames as one example of the longest, so none needs much more memory than it.
 /// Four at half, beside two: on a CPU of several threads one example's step takes one
 /// thread's scratch where two take two, so one and two of the longest alone read that
-/// scratch as each example's, and the fit's largest shortfall, added to every prediction,
-/// grows with it (bench/speech_inrun, the recogniser's runs: worst 6.3-9.6% with six
-/// points, 3.5-3.6% with seven; docs/BENCHMARKS.md).
+/// scratch as each example's, and the fit's largest shortfall, then added to every
+/// prediction, grew with it (bench/speech_inrun, the recogniser's runs of 2026-11-27: worst
+/// 6.3-9.6% with six points, 3.5-3.6% with seven; docs/BENCHMARKS.md).
 ///
 /// On a CPU (`host`) two more. Three of the longest, past two threads' scratch: without it
 /// the fit put the recogniser's third example of 2,947 frames at 18 MiB where it takes 26
@@ -61,10 +61,7 @@ pub(super) fn measure_at<'a, T: TrainingTask>(
 ) -> LocalFuture<'a, Result<StepMeasurement, CalibrationError>> {
     Box::pin(async move {
         let at = task.at_length(frames).unwrap_or_else(|| task.clone());
-        let cut = Cut {
-            phase_patches: vec![examples.max(1); at.phases().len()],
-            step_examples: step_examples.max(examples),
-        };
+        let cut = Cut::of_step(&at, examples, step_examples);
         let mut m = measure_cut_step(target, &at, &cut, Precision::F32, false).await?;
         m.frames = Some(frames);
         Ok(m)
