@@ -84,10 +84,22 @@ impl LengthModel {
                 0
             }
         };
-        // A measured step of several micro-batches held the others' inputs as well.
+        // A measured step of several micro-batches held some of the others' inputs beside
+        // its micro-batch of `patches` ([`held_beside`]: where the last is as large, the
+        // last's, beside every other; else the first's, whose activations outweigh the
+        // last's with more inputs beside it).
         let inputs = |m: &StepMeasurement| {
             let step = m.step_examples.unwrap_or(m.micro_batches * m.patches);
-            let others = step.saturating_sub(m.patches) * m.frames.unwrap_or(1);
+            let patches = m.patches.max(1);
+            let sizes: Vec<usize> = (0..step.div_ceil(patches))
+                .map(|i| patches.min(step - i * patches))
+                .collect();
+            let at = if sizes.last() == Some(&patches) {
+                sizes.len() - 1
+            } else {
+                0
+            };
+            let others = held_beside(&sizes, at) * m.frames.unwrap_or(1);
             (held_input_bytes_per_frame * others as f64) as u64
         };
         let single = |m: &StepMeasurement| m.peak_bytes.saturating_sub(held(m) + inputs(m)) as f64;
@@ -195,16 +207,19 @@ impl LengthModel {
 
     /// Predicted peak bytes of a step of `lengths` (sorted) packed in micro-batches of
     /// `sizes`: its largest micro-batch's, each at its longest example, with the inputs of
-    /// the others where the step holds them ([`Self::held_input_bytes_per_frame`]).
+    /// others that are held beside it where the step holds them
+    /// ([`Self::held_input_bytes_per_frame`], [`held_beside`]).
     pub fn packed_bytes(&self, lengths: &[usize], sizes: &[usize]) -> u64 {
         let accumulating = sizes.len() > 1;
-        let padded = |batch: &[usize]| batch.len() * batch.last().copied().unwrap_or(0);
-        let step_frames: usize = lengths::micro_batches(lengths, sizes).map(padded).sum();
+        let padded: Vec<usize> = lengths::micro_batches(lengths, sizes)
+            .map(|batch| batch.len() * batch.last().copied().unwrap_or(0))
+            .collect();
         lengths::micro_batches(lengths, sizes)
-            .map(|batch| {
+            .enumerate()
+            .map(|(i, batch)| {
                 let longest = batch.last().copied().unwrap_or(0);
                 let others = if accumulating {
-                    step_frames - padded(batch)
+                    held_beside(&padded, i)
                 } else {
                     0
                 };
@@ -221,7 +236,8 @@ impl LengthModel {
 
     /// Predicted peak bytes of a full micro-batch of `examples` of `frames` in a step of
     /// `effective_batch` examples of `typical` frames: what the step holds beside it where
-    /// it accumulates (the others' inputs at `typical`, or `frames` when less).
+    /// it accumulates (the others' inputs at `typical`, or `frames` when less: all of them,
+    /// as beside a step's last micro-batch, [`held_beside`]).
     pub fn bucket_bytes(
         &self,
         examples: usize,
@@ -402,6 +418,21 @@ fn near_error(measured: &[MeasuredBytes], fit: &LengthCost, examples: usize, fra
         weights += weight;
     }
     weighted / weights
+}
+
+/// What is held beside micro-batch `at` of a step that reads every micro-batch's inputs
+/// before the first runs (a contrastive step's cached gradients, `crate::step::cached`), of
+/// each micro-batch's `sizes` (examples, or padded frames): the last runs first, with its
+/// graph kept, beside every other's; each other then runs again in order, beside those
+/// after it but the last, whose inputs went with its graph. speech-clap's steps of several
+/// micro-batches were predicted up to 9% over when every one was taken to run beside all
+/// the others (bench/speech_inrun at 128 MiB, 2026-12-07, 3da2571).
+fn held_beside(sizes: &[usize], at: usize) -> usize {
+    match sizes.len().checked_sub(1) {
+        Some(last) if at == last => sizes[..last].iter().sum(),
+        Some(last) if at < last => sizes[at + 1..last].iter().sum(),
+        _ => 0,
+    }
 }
 
 /// The mean of `lengths`, rounded up: the frames a step's other examples are taken to have

@@ -292,6 +292,16 @@ fn a_step_holding_every_input_is_predicted_with_the_others_inputs() {
     let held = model.packed_bytes(&[100, 100, 1_000], &[2, 1]);
     // The long example's micro-batch is the larger, with the two short ones' 200 frames.
     assert_eq!(held, plain + 2_000);
+    // The first of three runs again after the last, beside the middle one's inputs only.
+    let first = model.step_bytes(4, 100, true);
+    assert_eq!(
+        model.packed_bytes(&[100, 100, 100, 100, 110, 120], &[4, 1, 1]),
+        first + 1_100,
+        "the first beside the middle's 110 frames, not the last's"
+    );
+    assert_eq!(held_beside(&[400, 110, 120], 0), 110);
+    assert_eq!(held_beside(&[400, 110, 120], 1), 0);
+    assert_eq!(held_beside(&[400, 110, 120], 2), 510);
     // One micro-batch holds nothing beside itself.
     assert_eq!(
         model.packed_bytes(&[100, 1_000], &[2]),
