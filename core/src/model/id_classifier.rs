@@ -118,7 +118,9 @@ impl ConvNorm {
     /// The convolution; on flex in f32 by Headroom's host kernels: a depthwise layer by
     /// [`depthwise`](super::cpu_kernels::depthwise), the others unfolded (burn's grouped
     /// convolution and its gradients were about 45% of a step there, its 1 x 1 ones' weight
-    /// gradients GEMMs of few rows).
+    /// gradients GEMMs of few rows). On a cubecl device a layer of one group as matrix
+    /// products ([`gpu_layers`](super::gpu_layers)), where burn's direct kernels computed its
+    /// weight gradient with the batch as channels; the depthwise layers stay burn's.
     fn convolve(&self, x: Tensor<4>) -> Tensor<4> {
         #[cfg(feature = "flex")]
         if super::cpu_kernels::take(&x) {
@@ -145,6 +147,17 @@ impl ConvNorm {
                         Activation::None,
                     );
                 }
+            }
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if super::gpu_layers::runs_on(&x.device()) {
+            let conv = &self.conv;
+            let [out, per_group, _, _] = conv.weight.dims();
+            if headroom_shaders::conv_gemm::suits(conv.groups, per_group * conv.groups, out) {
+                // The layer has no bias: the op's is zeros, its gradient made and dropped.
+                let bias = Tensor::zeros([out], &x.device());
+                let options = super::layers::conv_options(conv);
+                return super::gpu_layers::conv(x, conv.weight.val(), bias, options, false);
             }
         }
         self.conv.forward(x)
@@ -384,6 +397,54 @@ mod tests {
             apart <= 1e-6 * scale,
             "weight gradients {apart} apart (largest {scale})"
         );
+    }
+
+    /// On a cubecl device (lavapipe in the tests) a layer of one group runs as matrix
+    /// products: its output and its input's and weight's gradients are burn's convolution's;
+    /// a depthwise layer is burn's own.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn the_layers_products_on_wgpu_are_burns_convolution() {
+        let device = BackendKind::Wgpu.device().unwrap().autodiff();
+        device.seed(7);
+        for (channels, kernel, stride, groups) in [
+            ([16, 24], 1, 1, 1),
+            ([8, 16], 3, 2, 1),
+            ([16, 16], 3, 1, 16),
+        ] {
+            let layer = ConvNorm::new(channels, kernel, stride, groups, false, &device);
+            let normal = Distribution::Normal(0.0, 1.0);
+            let x: Tensor<4> = Tensor::random([3, channels[0], 9, 7], normal, &device);
+            let shape = layer.conv.forward(x.clone()).dims();
+            let probe: Tensor<4> = Tensor::random(shape, normal, &device);
+            let pass = |ours: bool| {
+                let x = x.clone().require_grad();
+                let y = if ours {
+                    layer.convolve(x.clone())
+                } else {
+                    layer.conv.forward(x.clone())
+                };
+                let grads = (y.clone() * probe.clone()).sum().backward();
+                let flat = |data: TensorData| data.convert::<f32>().try_to_vec::<f32>().unwrap();
+                [
+                    flat(y.into_data()),
+                    flat(x.grad(&grads).unwrap().into_data()),
+                    flat(layer.conv.weight.grad(&grads).unwrap().into_data()),
+                ]
+            };
+            let (ours, burns) = (pass(true), pass(false));
+            for (what, (a, b)) in ["output", "input's gradient", "weight's gradient"]
+                .iter()
+                .zip(ours.iter().zip(&burns))
+            {
+                let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                let apart = crate::model::largest_difference(a, b);
+                assert!(
+                    apart <= 1e-5 * scale,
+                    "{channels:?} x {kernel}, groups {groups}: {what} {apart} apart (largest {scale})"
+                );
+            }
+        }
     }
 
     #[test]

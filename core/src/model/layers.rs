@@ -68,7 +68,7 @@ pub(crate) fn cast_to<const D: usize>(t: Tensor<D>, compute: Option<FloatDType>)
     }
 }
 
-fn conv_options(layer: &Conv2d) -> ConvOptions<2> {
+pub(crate) fn conv_options(layer: &Conv2d) -> ConvOptions<2> {
     // The model builds every convolution with explicit padding (burn keeps its resolver for
     // `Same` private); `Valid` is no padding.
     let padding = match layer.padding {
