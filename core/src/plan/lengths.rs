@@ -99,6 +99,7 @@ pub fn prepare<'a, T: TrainingTask>(
             if let Some(timing) = planning.length_timing {
                 model.seconds = timing;
             }
+            tracing::debug!(attempt, ?model, ?measurements, "length model fitted");
             let mut buckets =
                 model
                     .buckets(lengths, effective_batch, available)

@@ -282,6 +282,36 @@ fn a_wide_step_measured_corrects_the_fit_near_it_and_bounds_the_wider() {
     );
 }
 
+/// What each example costs whatever its length (a contrastive model's text tower) shows
+/// only in a step of many: calibration's sixteenth as wide as a step is fitted. The steps
+/// are speech-clap's calibration on flex, 2 threads (MiB, 2026-12-07): fitted to the eight
+/// narrow ones alone, the fit took nothing per pair and came 6.8% short of the wide one.
+#[test]
+fn calibrations_wide_step_of_short_examples_is_fitted() {
+    const SPEECH_CLAP: [(usize, usize, f64); 9] = [
+        (1, 2_947, 42.8),
+        (2, 2_947, 76.9),
+        (3, 2_947, 97.8),
+        (2, 1_474, 42.7),
+        (4, 1_474, 61.3),
+        (4, 737, 35.1),
+        (8, 369, 31.4),
+        (16, 185, 29.5),
+        (64, 185, 91.8),
+    ];
+    let mib = |v: f64| v * (1u64 << 20) as f64;
+    let steps: Vec<StepMeasurement> = SPEECH_CLAP
+        .iter()
+        .map(|&(n, t, v)| measured(n, t, mib(v)))
+        .collect();
+    let model = LengthModel::fit(&steps, 0, 0.0, 2, 0.0).unwrap();
+    assert!(model.bytes.per_example > 0.0, "{:?}", model.bytes);
+    for &(n, t, v) in &SPEECH_CLAP {
+        let got = model.bytes.fitted(n, t) / mib(v) - 1.0;
+        assert!(got.abs() <= 0.025, "{n} x {t}: fitted {got:+.3} off");
+    }
+}
+
 /// A step that reads every micro-batch before the first runs holds the others' inputs
 /// beside each: its peak is its largest micro-batch with the rest's frames beside it.
 #[test]

@@ -4,6 +4,7 @@
 use super::super::calibrate::{CalibrationError, Cut, measure_cut_step};
 use crate::backend::Target;
 use crate::events::planned::StepMeasurement;
+use crate::plan::length_model::SHORT;
 use crate::precision::Precision;
 use crate::readback::LocalFuture;
 use crate::task::{Coupling, TrainingTask};
@@ -26,10 +27,11 @@ use super::{LengthCost, LengthModel};
 /// On a CPU (`host`) two more. Three of the longest, past two threads' scratch: without it
 /// the fit put the recogniser's third example of 2,947 frames at 18 MiB where it takes 26
 /// (its fourth to eighth 30 each), and planned wide buckets of long utterances 5-23% short.
-/// And the sixteenth as wide as a step (`widest` examples, when more than sixteen): wider
-/// than the fit is made to ([`LengthModel::fit`]), it corrects the fit near steps of many
-/// short examples, whose peak is set by every activation rather than by the threads'
-/// scratch (without it speech-clap's steps of 64 short pairs were predicted up to 8% short).
+/// And the sixteenth as wide as a step (`widest` examples, when more than sixteen): the
+/// fit's one step of many examples ([`LengthModel::fit`] takes it, [`SHORT`]), whose peak is
+/// set by every activation and what each example costs whatever its length rather than by
+/// the threads' scratch (without it speech-clap's steps of 64 short pairs were predicted up
+/// to 8% short).
 /// 2-core AMD EPYC, 2026-12-07.
 fn calibration_points(longest: usize, host: bool, widest: usize) -> Vec<(usize, usize)> {
     let mut points = vec![
@@ -44,7 +46,7 @@ fn calibration_points(longest: usize, host: bool, widest: usize) -> Vec<(usize, 
     if host {
         points.insert(2, (3, longest));
         if widest > 16 {
-            points.push((widest, longest.div_ceil(16)));
+            points.push((widest, longest.div_ceil(SHORT)));
         }
     }
     points
