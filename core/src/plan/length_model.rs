@@ -86,9 +86,9 @@ impl LengthModel {
             }
         };
         // A measured step of several micro-batches held some of the others' inputs beside
-        // its micro-batch of `patches` ([`held_beside`]: where the last is as large, the
-        // last's, beside every other; else the first's, whose activations outweigh the
-        // last's with more inputs beside it).
+        // the micro-batch that set its peak ([`held_beside`]): the last, beside every
+        // other's, where it is as large as the first; else the first, whose more examples
+        // outweigh the inputs beside the last.
         let inputs = |m: &StepMeasurement| {
             let step = m.step_examples.unwrap_or(m.micro_batches * m.patches);
             let patches = m.patches.max(1);
