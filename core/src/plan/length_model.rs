@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::events::planned::StepMeasurement;
 use crate::lengths::{self, BUCKETS, LengthBucket, LengthBuckets, LengthCost, Padding};
+use crate::split::Split;
 
 /// Epochs of the train lengths, shuffled, over which a plan predicts the run's padding,
 /// speed and peak: the peak is the largest micro-batch the packing makes, and a few epochs
@@ -91,14 +92,10 @@ impl LengthModel {
         // outweigh the inputs beside the last.
         let inputs = |m: &StepMeasurement| {
             let step = m.step_examples.unwrap_or(m.micro_batches * m.patches);
-            let patches = m.patches.max(1);
-            let sizes: Vec<usize> = (0..step.div_ceil(patches))
-                .map(|i| patches.min(step - i * patches))
-                .collect();
-            let at = if sizes.last() == Some(&patches) {
-                sizes.len() - 1
-            } else {
-                0
+            let sizes = Split::of_step(step, m.patches, 1).micro_batch_sizes();
+            let at = match (sizes.first(), sizes.last()) {
+                (Some(first), Some(last)) if first == last => sizes.len() - 1,
+                _ => 0,
             };
             let others = held_beside(&sizes, at) * m.frames.unwrap_or(1);
             (held_input_bytes_per_frame * others as f64) as u64
